@@ -1,0 +1,155 @@
+"""The failure taxonomy, the `ToolError` envelope and the exception tree.
+
+Every tool failure becomes exactly one `ToolError`: the model sees it (as the
+content of a `ToolMessage(status="error")`), events carry it and the ledger
+stores it. Its `failure_class` is the routing key of the whole package.
+
+Exception tree::
+
+    Exception
+    ├── ResilienceError                 base of everything raised at run time
+    │   ├── ToolFailure                 a tool raises it on purpose, carrying a ToolError
+    │   ├── RetryExhaustedError         .last_error: the final ToolError
+    │   ├── LoopDetectedError           .call_key: the repeated call
+    │   └── CircuitOpenError            .retry_after: seconds until half-open
+    └── ValueError
+        └── ConfigurationError          misconfiguration, raised at construction
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "CircuitOpenError",
+    "ConfigurationError",
+    "FailureClass",
+    "LoopDetectedError",
+    "ResilienceError",
+    "RetryExhaustedError",
+    "ToolError",
+    "ToolFailure",
+]
+
+
+class FailureClass(enum.StrEnum):
+    """Why a tool call failed, which decides the one recovery path that fits it."""
+
+    TRANSIENT = "transient"
+    """Timeouts, 408/429/5xx, connection resets: the same call may succeed later."""
+    SEMANTIC = "semantic"
+    """Bad arguments or output (validation, JSON, 400/422): the call must change."""
+    STRUCTURAL = "structural"
+    """The tool is missing, renamed, 404/410 or its breaker is open: use another path."""
+    POLICY = "policy"
+    """401/403, quota, business-rule refusal: only a human may decide."""
+    PARTIAL = "partial"
+    """A batch where some items failed: redo only those."""
+    UNKNOWN = "unknown"
+    """Unrecognized, or a side effect whose outcome is unknown: stop, never guess."""
+
+
+SuggestedAction = str
+"""One of ``retry``, ``fix_arg:<field>``, ``fix_args``, ``use_tool:<name>``,
+``query_status``, ``ask_human``."""
+
+
+class ToolError(BaseModel):
+    """The structured envelope of one failed tool call.
+
+    It is what the model reads (JSON content of an error `ToolMessage`, like
+    MCP's ``isError`` results), what events carry and what the ledger stores, so
+    it is JSON-only and never contains a secret: `classify` redacts it.
+
+    >>> ToolError(type="HTTPError", failure_class="transient", message="503",
+    ...           suggested_action="retry", retriable=True).failure_class
+    <FailureClass.TRANSIENT: 'transient'>
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str = Field(description="The exception type name, e.g. 'HTTPStatusError'.")
+    failure_class: FailureClass
+    message: str = Field(description="A redacted, human-readable explanation.")
+    suggested_action: SuggestedAction = Field(
+        description="What should happen next: retry, fix_arg:<field>, fix_args, "
+        "use_tool:<name>, query_status or ask_human."
+    )
+    retriable: bool = Field(description="True only if the same call may succeed later.")
+    retry_after_ms: int | None = Field(
+        default=None, description="The server's Retry-After, in milliseconds."
+    )
+    tool: str | None = None
+    call_id: str | None = None
+    attempt: int = Field(default=0, description="How many times this call was executed.")
+    context: dict[str, Any] = Field(
+        default_factory=dict, description="Status code and redacted detail."
+    )
+
+    def for_call(self, *, tool: str, call_id: str, attempt: int) -> ToolError:
+        """Return a copy bound to one tool call."""
+        return self.model_copy(update={"tool": tool, "call_id": call_id, "attempt": attempt})
+
+
+class ResilienceError(Exception):
+    """Base of every exception this package raises at run time."""
+
+
+class ToolFailure(ResilienceError):
+    """Raise this from a tool to report a failure already classified by the tool.
+
+    >>> raise ToolFailure(FailureClass.POLICY, "refund limit exceeded")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        failure_class: FailureClass | str,
+        message: str,
+        *,
+        suggested_action: SuggestedAction | None = None,
+        retry_after_ms: int | None = None,
+        context: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.failure_class = FailureClass(failure_class)
+        self.message = message
+        self.suggested_action = suggested_action
+        self.retry_after_ms = retry_after_ms
+        self.context = dict(context or {})
+
+
+class RetryExhaustedError(ResilienceError):
+    """A call ran out of attempts, of the thread's budget or of its deadline."""
+
+    def __init__(self, last_error: ToolError, reason: str) -> None:
+        super().__init__(f"{last_error.tool}: gave up ({reason}): {last_error.message}")
+        self.last_error = last_error
+        self.reason = reason
+
+
+class LoopDetectedError(ResilienceError):
+    """The same (tool, canonical args) was issued more often than the loop threshold."""
+
+    def __init__(self, call_key: str, count: int) -> None:
+        super().__init__(f"call {call_key} issued {count} times")
+        self.call_key = call_key
+        self.count = count
+
+
+class CircuitOpenError(ResilienceError):
+    """The tool's circuit breaker is open; calls fail fast until it half-opens."""
+
+    def __init__(self, key: str, retry_after: float) -> None:
+        super().__init__(f"circuit {key!r} is open; retry after {retry_after:.3f}s")
+        self.key = key
+        self.retry_after = retry_after
+
+
+class ConfigurationError(ValueError):
+    """Misconfiguration, raised at construction with a message saying how to fix it."""
+
+
+ExhaustionReason = Literal["max_attempts", "max_tool_attempts", "deadline", "side_effect"]

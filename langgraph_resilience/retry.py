@@ -1,0 +1,97 @@
+"""Retry: capped exponential backoff with full jitter (pure), and the retry node.
+
+The tools node decides *whether* and *how long*; the retry node only waits
+until the due time stored in the ledger and hands back to the tools node.
+Because the due time is wall-clock and checkpointed, a thread resumed after a
+crash waits only what remains of its backoff.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_resilience.clock import Clock
+from langgraph_resilience.events import Event, emit
+from langgraph_resilience.policy import ResiliencePolicy
+from langgraph_resilience.state import Ledger, current_tool_call_ids, read_ledger
+
+__all__ = ["RetryNode", "backoff_delay", "next_due"]
+
+_MAX_EXPONENT = 62
+"""2**62 * any sane base already exceeds every cap; larger exponents overflow floats."""
+
+
+def backoff_delay(
+    attempt: int,
+    *,
+    policy: ResiliencePolicy,
+    rng: random.Random,
+    retry_after: float | None = None,
+    remaining: float | None = None,
+) -> float | None:
+    """Seconds to wait before retry number `attempt` (0-based), or None to stop.
+
+    Full jitter: uniform(0, min(max_delay, base_delay * 2**attempt)). A server's
+    Retry-After (seconds) replaces the jittered value, because the server knows
+    better. `remaining` is what is left of the deadline: a wait that would not
+    end inside it is pointless, so the answer is None (stop, budget exhausted).
+
+    >>> backoff_delay(0, policy=ResiliencePolicy(), rng=random.Random(1)) <= 0.5
+    True
+    """
+    if retry_after is not None:
+        delay = max(0.0, retry_after)
+    else:
+        ceiling = min(policy.max_delay_s, policy.base_delay_s * 2 ** min(attempt, _MAX_EXPONENT))
+        delay = rng.uniform(0.0, ceiling)
+    if remaining is not None and delay >= remaining:
+        return None
+    return delay
+
+
+def next_due(ledger: Ledger, call_ids: list[str]) -> float | None:
+    """The earliest due time among the scheduled calls in `call_ids`, or None."""
+    calls = ledger.get("calls") or {}
+    dues = [
+        record["due"] or 0.0
+        for call_id in call_ids
+        if (record := calls.get(call_id)) is not None and record["status"] == "scheduled"
+    ]
+    return min(dues) if dues else None
+
+
+class RetryNode:
+    """Waits (through the injected clock) until the next scheduled retry is due."""
+
+    def __init__(self, *, clock: Clock, messages_key: str = "messages") -> None:
+        self.clock = clock
+        self.messages_key = messages_key
+
+    def _wait(self, state: Any) -> tuple[float, list[str]]:
+        ledger = read_ledger(state)
+        calls = ledger.get("calls") or {}
+        ids = [
+            call_id
+            for call_id in current_tool_call_ids(state, self.messages_key)
+            if call_id in calls and calls[call_id]["status"] == "scheduled"
+        ]
+        due = next_due(ledger, ids)
+        wait = 0.0 if due is None else max(0.0, due - self.clock.time())
+        return wait, ids
+
+    def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Sync body: block for the remaining backoff."""
+        wait, ids = self._wait(state)
+        emit(Event("backoff", seconds=round(wait, 6), calls=ids))
+        self.clock.sleep(wait)
+        return {"resilience": {"events": {"backoff": 1}}}
+
+    async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Async body: suspend for the remaining backoff without blocking the loop."""
+        wait, ids = self._wait(state)
+        emit(Event("backoff", seconds=round(wait, 6), calls=ids))
+        await self.clock.asleep(wait)
+        return {"resilience": {"events": {"backoff": 1}}}
