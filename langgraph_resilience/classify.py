@@ -101,6 +101,13 @@ def _headers(error: BaseException) -> Mapping[str, Any]:
     return {}
 
 
+def _millis(seconds: float) -> int | None:
+    """Whole milliseconds of a duration, or None if negative or not finite (even once
+    multiplied: a huge finite value would overflow to infinity)."""
+    millis = seconds * 1000
+    return round(millis) if math.isfinite(millis) and millis >= 0 else None
+
+
 def retry_after_ms(error: BaseException, *, now: float | None = None) -> int | None:
     """The server's requested wait in ms from ``Retry-After`` (seconds or HTTP date)
     or ``retry-after-ms``; None when absent or unparseable. `now` is wall time."""
@@ -119,7 +126,7 @@ def retry_after_ms(error: BaseException, *, now: float | None = None) -> int | N
     if raw is None:
         return None
     if isinstance(raw, int | float) and not isinstance(raw, bool):
-        return int(raw * 1000) if math.isfinite(raw) and raw >= 0 else None
+        return _millis(raw)
     text = str(raw).strip()
     try:
         secs = float(text)
@@ -131,8 +138,8 @@ def retry_after_ms(error: BaseException, *, now: float | None = None) -> int | N
         if when.tzinfo is None:
             when = when.replace(tzinfo=dt.UTC)
         current = time.time() if now is None else now
-        return max(0, int((when.timestamp() - current) * 1000))
-    return int(secs * 1000) if math.isfinite(secs) and secs >= 0 else None
+        return _millis(max(0.0, when.timestamp() - current))
+    return _millis(secs)
 
 
 def _mro_names(error: BaseException) -> tuple[str, ...]:
@@ -146,7 +153,8 @@ def _body(error: BaseException) -> str | None:
         body = getattr(error, "body", None)
         text = json.dumps(body, default=str) if isinstance(body, dict | list) else body
     if isinstance(text, str) and text:
-        return redact(text[:_MAX_BODY])
+        # Redact before truncating: a cut could leave a token too short to recognize.
+        return redact(text)[:_MAX_BODY]
     return None
 
 

@@ -47,7 +47,7 @@ class CallRecord(TypedDict):
     due: float | None
     """Wall-clock time at which a scheduled retry may run."""
     error: dict[str, Any] | None
-    """The last `ToolError`, as JSON."""
+    """The last `ToolError`, as JSON (kept after a recovery, for audit)."""
 
 
 class Ledger(TypedDict, total=False):

@@ -288,8 +288,9 @@ class GuardedToolNode:
                 emit(
                     Event("attempt", tool=call["name"], call_id=call_id, attempt=attempts, ok=True)
                 )
+                # An ok record keeps the last failure it recovered from, for audit.
                 delta_calls[call_id or ""] = _record(
-                    call, key, attempts=attempts, status="ok", due=None, error=None
+                    call, key, attempts=attempts, status="ok", due=None, error=_last_error(previous)
                 )
                 if message is not None:
                     messages.append(message)

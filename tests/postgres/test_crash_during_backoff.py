@@ -1,0 +1,74 @@
+"""A process killed during backoff resumes by thread_id on PostgresSaver within its budget."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+
+WORKER = pathlib.Path(__file__).with_name("backoff_worker.py")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def _worker(*args: str) -> list[str]:
+    return [sys.executable, str(WORKER), *args]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_killed_during_backoff_resumes_without_exceeding_budget(
+    pg_dsn: str, tmp_path: pathlib.Path, mode: str
+) -> None:
+    """SIGKILL mid-backoff, resume in a new process: 3 executions in all, remaining wait only."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        PostgresSaver(conn).setup()  # type: ignore[arg-type]
+        conn.execute("CREATE TABLE executions (id serial PRIMARY KEY)")
+    thread = uuid.uuid4().hex
+    marker = tmp_path / "backoff-started"
+    common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(marker), "--mode", mode]
+
+    first = subprocess.Popen(_worker("start", *common), env=_env())
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert first.poll() is None, "the worker exited before reaching its backoff"
+        assert time.monotonic() < deadline, "the worker never reached its backoff"
+        time.sleep(0.05)  # polling a real subprocess, not standing in for a clock
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    assert 25 < float(marker.read_text()) <= 30.0  # it was waiting on Retry-After
+
+    resumed = subprocess.run(
+        _worker("resume", *common),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)
+
+    with psycopg.connect(pg_dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM executions").fetchone()
+    assert row is not None
+    assert row[0] == 3  # max_attempts, across two processes
+    assert result["next"] == []
+    assert result["last"] == "found it"
+    first_wait, second_wait = result["sleeps"]
+    assert 0 < first_wait < 30  # only what remained of the interrupted backoff
+    assert second_wait == 30.0
+    assert result["ledger"]["tool_attempts"] == 3
