@@ -38,7 +38,12 @@ from langchain_core.tools import ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
-from langgraph_resilience.errors import FailureClass, ToolError, ToolFailure
+from langgraph_resilience.errors import (
+    FailureClass,
+    OutputValidationError,
+    ToolError,
+    ToolFailure,
+)
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact, redact_value
 
@@ -185,6 +190,17 @@ def tool_failure_rule(error: BaseException, profile: ToolProfile | None) -> Verd
 _QUOTA_MARKERS = ("insufficient_quota", "billing", "quota exceeded", "exceeded your current quota")
 
 
+def output_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
+    """A result that fails its output contract is semantic: a retry would repeat it."""
+    if isinstance(error, OutputValidationError):
+        return Verdict(
+            FailureClass.SEMANTIC,
+            "fix_args",
+            context={"stage": "output", "problems": error.problems},
+        )
+    return None
+
+
 def http_status_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
     """HTTP status mapping of DESIGN.md: 408/425/429/5xx transient (501 structural),
     400/409/413/422 and other 4xx semantic, 404/405/410 structural, 401/402/403/451 policy."""
@@ -288,6 +304,7 @@ def tool_exception_rule(error: BaseException, profile: ToolProfile | None) -> Ve
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     tool_failure_rule,
+    output_rule,
     http_status_rule,
     rate_limit_rule,
     timeout_rule,

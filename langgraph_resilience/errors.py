@@ -11,6 +11,7 @@ Exception tree::
     │   ├── ToolFailure                 a tool raises it on purpose, carrying a ToolError
     │   ├── RetryExhaustedError         .last_error: the final ToolError
     │   ├── LoopDetectedError           .call_key: the repeated call
+    │   ├── OutputValidationError       .problems: why a "successful" result is wrong
     │   └── CircuitOpenError            .retry_after: seconds until half-open
     └── ValueError
         └── ConfigurationError          misconfiguration, raised at construction
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigurationError",
     "FailureClass",
     "LoopDetectedError",
+    "OutputValidationError",
     "ResilienceError",
     "RetryExhaustedError",
     "ToolError",
@@ -139,6 +141,14 @@ class LoopDetectedError(ResilienceError):
         self.count = count
 
 
+class OutputValidationError(ResilienceError):
+    """A result that looks successful breaks the tool's declared output contract."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("tool output failed validation: " + "; ".join(problems))
+        self.problems = problems
+
+
 class CircuitOpenError(ResilienceError):
     """The tool's circuit breaker is open; calls fail fast until it half-opens."""
 
@@ -152,4 +162,13 @@ class ConfigurationError(ValueError):
     """Misconfiguration, raised at construction with a message saying how to fix it."""
 
 
-ExhaustionReason = Literal["max_attempts", "max_tool_attempts", "deadline", "side_effect"]
+ExhaustionReason = Literal[
+    "max_attempts",
+    "max_tool_attempts",
+    "deadline",
+    "side_effect",
+    "max_repair",
+    "max_recovery_llm_calls",
+    "loop",
+]
+"""Why a failure went back to the agent instead of to (another) recovery step."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from collections.abc import Iterable
 
 from langgraph_resilience.canonical import DEFAULT_NOISE_FIELDS
@@ -24,6 +25,9 @@ def seconds(value: float | dt.timedelta, *, field: str) -> float:
         raise ConfigurationError(
             f"{field} must be a number of seconds or a datetime.timedelta, got {value!r}"
         )
+    if isinstance(value, float) and not math.isfinite(value):
+        # NaN passes every comparison check below; inf overflows thread timeouts.
+        raise ConfigurationError(f"{field} must be a finite number of seconds, got {value!r}")
     return float(value)
 
 
@@ -57,6 +61,9 @@ class ResiliencePolicy:
     max_tool_attempts: int = 100
     """Tool executions per thread, shared by every tool, node and recovery path."""
 
+    max_recovery_llm_calls: int = 10
+    """LLM calls per thread spent on recovery (repairs, replans), shared by all paths."""
+
     deadline: float | dt.timedelta | None = None
     """Wall-clock budget per thread from its first tool call; None means no deadline."""
 
@@ -84,6 +91,7 @@ class ResiliencePolicy:
             ("max_repair", 0),
             ("loop_threshold", 1),
             ("max_tool_attempts", 1),
+            ("max_recovery_llm_calls", 0),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
 
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.policy import seconds
@@ -33,11 +37,35 @@ class ToolProfile:
     timeout: float | dt.timedelta | None = None
     """Overrides `ResiliencePolicy.tool_timeout` for this tool."""
 
+    output_schema: type[BaseModel] | None = None
+    """A pydantic model the tool's result (parsed from JSON when it is text) must
+    satisfy; a result that does not is a SEMANTIC failure, never a success."""
+
+    validate_output: Callable[[Any], str | None] | None = None
+    """A check of the result returning a problem description, or None when fine."""
+
+    loop_threshold: int | None = None
+    """Overrides `ResiliencePolicy.loop_threshold`: raise it for polling tools whose
+    identical repeated calls are legitimate."""
+
     def __post_init__(self) -> None:
         if self.timeout is not None:
             object.__setattr__(self, "timeout", seconds(self.timeout, field="timeout"))
             if float(self.timeout) <= 0:  # type: ignore[arg-type]
                 raise ConfigurationError("ToolProfile.timeout must be > 0 seconds or None")
+        if self.loop_threshold is not None and (
+            isinstance(self.loop_threshold, bool)
+            or not isinstance(self.loop_threshold, int)
+            or self.loop_threshold < 1
+        ):
+            raise ConfigurationError(
+                f"ToolProfile.loop_threshold must be an integer >= 1 or None, "
+                f"got {self.loop_threshold!r}"
+            )
+        if self.output_schema is not None and not (
+            isinstance(self.output_schema, type) and issubclass(self.output_schema, BaseModel)
+        ):
+            raise ConfigurationError("ToolProfile.output_schema must be a pydantic model class")
         if self.max_attempts is not None and (
             isinstance(self.max_attempts, bool)
             or not isinstance(self.max_attempts, int)

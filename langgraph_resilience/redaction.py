@@ -23,7 +23,8 @@ _SECRET_KEY = re.compile(
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # scheme://user:password@host  ->  scheme://user:[REDACTED]@host
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]+:)([^@\s]+)(@)", re.IGNORECASE), r"\1***\3"),
+    # (the user may be empty: redis://:password@host)
+    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]+)(@)", re.IGNORECASE), r"\1***\3"),
     # Authorization: Bearer xyz / Basic xyz
     (
         re.compile(r"((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)([^\"',}\n]+)", re.IGNORECASE),
@@ -41,8 +42,9 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     ),
     # well-known token shapes
     (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(r"\b(?:ghp|gho|ghs|github_pat|xox[abpr])_[A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
+    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_-]{8,}"), REDACTED),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), REDACTED),  # Slack uses a dash
+    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
 )
 
 

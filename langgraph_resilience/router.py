@@ -12,7 +12,7 @@ import dataclasses
 import random
 from typing import Any, Literal
 
-from langgraph_resilience.errors import ExhaustionReason, ToolError
+from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.retry import backoff_delay
@@ -23,19 +23,51 @@ from langgraph_resilience.state import (
     read_messages,
 )
 
-__all__ = ["Decision", "decide", "route_after_agent", "route_after_tools"]
+__all__ = [
+    "Decision",
+    "decide",
+    "decide_repair",
+    "route_after_agent",
+    "route_after_repair",
+    "route_after_tools",
+]
 
-Route = Literal["retry", "agent"]
+Route = Literal["retry", "repair", "agent"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
-    """What to do with one failed call: retry after `delay`, or hand the envelope back."""
+    """What to do with one failed call: retry after `delay`, repair it, or hand the
+    envelope back to the agent."""
 
     route: Route
     delay: float = 0.0
     exhausted: ExhaustionReason | None = None
-    """Why a retriable failure is not retried; None when it was never retriable."""
+    """Why a recoverable failure is not recovered; None when no path applies."""
+
+
+def decide_repair(
+    error: ToolError,
+    *,
+    repairs: int,
+    llm_calls: int,
+    policy: ResiliencePolicy,
+    profile: ToolProfile | None,
+    can_repair: bool,
+) -> Decision:
+    """Reflection repair for a SEMANTIC failure, within MAX_REPAIR and the LLM budget.
+
+    A side effect is repaired only when its arguments were rejected before it ran.
+    """
+    if not can_repair:
+        return Decision("agent")
+    if profile is not None and profile.side_effect and error.context.get("stage") != "arguments":
+        return Decision("agent", exhausted="side_effect")
+    if repairs >= policy.max_repair:
+        return Decision("agent", exhausted="max_repair")
+    if llm_calls >= policy.max_recovery_llm_calls:
+        return Decision("agent", exhausted="max_recovery_llm_calls")
+    return Decision("repair")
 
 
 def decide(
@@ -47,13 +79,27 @@ def decide(
     policy: ResiliencePolicy,
     profile: ToolProfile | None,
     rng: random.Random,
+    repairs: int = 0,
+    llm_calls: int = 0,
+    can_repair: bool = False,
 ) -> Decision:
     """Decide the next step after a failed execution.
 
     `attempts` counts executions of this call so far (the failed one included),
     `thread_attempts` every tool execution in the thread, `elapsed` the
-    seconds since the thread's first tool call (None if unknown).
+    seconds since the thread's first tool call (None if unknown), `repairs`
+    the reflection repairs spent on this call, `llm_calls` the thread's
+    recovery LLM calls.
     """
+    if error.failure_class is FailureClass.SEMANTIC:
+        return decide_repair(
+            error,
+            repairs=repairs,
+            llm_calls=llm_calls,
+            policy=policy,
+            profile=profile,
+            can_repair=can_repair,
+        )
     if not error.retriable:
         return Decision("agent")
     if profile is not None and profile.side_effect:
@@ -94,11 +140,34 @@ def route_after_agent(state: Any, messages_key: str = "messages") -> Literal["to
     return "tools" if ai.tool_calls or ai.invalid_tool_calls else "__end__"
 
 
-def route_after_tools(state: Any, messages_key: str = "messages") -> Route:
-    """``retry`` while a call of the current turn waits for its backoff, else ``agent``."""
+def _pending(state: Any, messages_key: str) -> set[str]:
     calls = read_ledger(state).get("calls") or {}
-    for call_id in current_tool_call_ids(state, messages_key):
-        record = calls.get(call_id)
-        if record is not None and record["status"] == "scheduled":
-            return "retry"
+    return {
+        record["status"]
+        for call_id in current_tool_call_ids(state, messages_key)
+        if (record := calls.get(call_id)) is not None
+    }
+
+
+def route_after_tools(state: Any, messages_key: str = "messages") -> Route:
+    """``repair`` while a call waits for reflection repair, ``retry`` while one waits
+    for its backoff, else ``agent`` (every call of the turn is answered)."""
+    pending = _pending(state, messages_key)
+    if "repair" in pending:
+        return "repair"
+    if "scheduled" in pending:
+        return "retry"
+    return "agent"
+
+
+def route_after_repair(
+    state: Any, messages_key: str = "messages"
+) -> Literal["repair", "tools", "agent"]:
+    """``repair`` again after a rejected repair with budget left, ``tools`` to run the
+    repaired (or other waiting) calls, else ``agent``."""
+    pending = _pending(state, messages_key)
+    if "repair" in pending:
+        return "repair"
+    if "scheduled" in pending:
+        return "tools"
     return "agent"

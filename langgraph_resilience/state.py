@@ -14,13 +14,14 @@ LangGraph checkpointer stores it without custom serializers.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from langchain_core.messages import AIMessage, AnyMessage
 from typing_extensions import TypedDict
 
 __all__ = [
     "CallRecord",
+    "RECENT_KEYS",
     "Ledger",
     "ResilienceLedger",
     "ResilienceState",
@@ -32,11 +33,21 @@ __all__ = [
     "read_messages",
 ]
 
-CallStatus = Literal["scheduled", "ok", "failed"]
+CallStatus = Literal["scheduled", "repair", "ok", "failed"]
+"""scheduled: waits for (re-)execution at `due`; repair: waits for reflection
+repair; ok / failed: answered with a ToolMessage."""
+
+RECENT_KEYS = 8
+"""How many recently issued call keys the ledger keeps (loop patterns)."""
 
 
 class CallRecord(TypedDict):
-    """What the ledger knows about one tool call (keyed by its tool_call_id)."""
+    """What the ledger knows about one tool call (keyed by its tool_call_id).
+
+    Optional keys: ``args`` (the arguments now in force, after coercion or
+    repair), ``repairs`` (reflection repairs spent), ``trail`` (each failed
+    attempt's arguments and error summary), ``coercions`` (lossless fixes).
+    """
 
     tool: str
     key: str
@@ -48,6 +59,10 @@ class CallRecord(TypedDict):
     """Wall-clock time at which a scheduled retry may run."""
     error: dict[str, Any] | None
     """The last `ToolError`, as JSON (kept after a recovery, for audit)."""
+    args: NotRequired[dict[str, Any]]
+    repairs: NotRequired[int]
+    trail: NotRequired[list[dict[str, Any]]]
+    coercions: NotRequired[list[str]]
 
 
 class Ledger(TypedDict, total=False):
@@ -60,11 +75,25 @@ class Ledger(TypedDict, total=False):
     """Wall-clock time of the thread's first tool execution (deadline origin)."""
     events: dict[str, int]
     """How many events of each kind the thread emitted."""
+    llm_calls: int
+    """LLM calls spent on recovery (repairs, replans) in this thread."""
+    seen: dict[str, int]
+    """Issued calls per call key (retries of one call id do not count): loop guard."""
+    recent: list[str]
+    """The last `RECENT_KEYS` issued call keys, oldest first: loop patterns."""
 
 
 def empty_ledger() -> Ledger:
     """A ledger with nothing spent."""
-    return {"calls": {}, "tool_attempts": 0, "started_at": None, "events": {}}
+    return {
+        "calls": {},
+        "tool_attempts": 0,
+        "llm_calls": 0,
+        "started_at": None,
+        "events": {},
+        "seen": {},
+        "recent": [],
+    }
 
 
 def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
@@ -78,8 +107,11 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     if current:
         merged["calls"] = dict(current.get("calls") or {})
         merged["tool_attempts"] = int(current.get("tool_attempts") or 0)
+        merged["llm_calls"] = int(current.get("llm_calls") or 0)
         merged["started_at"] = current.get("started_at")
         merged["events"] = dict(current.get("events") or {})
+        merged["seen"] = dict(current.get("seen") or {})
+        merged["recent"] = list(current.get("recent") or [])
     if not update:
         return merged
     calls = merged["calls"]
@@ -87,13 +119,19 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
         existing = calls.get(call_id)
         if existing is None or record["attempts"] >= existing["attempts"]:
             calls[call_id] = record
-    merged["tool_attempts"] = merged.get("tool_attempts", 0) + int(update.get("tool_attempts") or 0)
+    merged["tool_attempts"] = merged["tool_attempts"] + int(update.get("tool_attempts") or 0)
+    merged["llm_calls"] = merged["llm_calls"] + int(update.get("llm_calls") or 0)
     started = [t for t in (merged.get("started_at"), update.get("started_at")) if t is not None]
     merged["started_at"] = min(started) if started else None
-    events = merged["events"]
-    for name, count in (update.get("events") or {}).items():
-        events[name] = events.get(name, 0) + int(count)
+    _add_counts(merged["events"], update.get("events"))
+    _add_counts(merged["seen"], update.get("seen"))
+    merged["recent"] = (merged["recent"] + list(update.get("recent") or []))[-RECENT_KEYS:]
     return merged
+
+
+def _add_counts(totals: dict[str, int], delta: dict[str, int] | None) -> None:
+    for name, count in (delta or {}).items():
+        totals[name] = totals.get(name, 0) + int(count)
 
 
 ResilienceLedger = Annotated[Ledger, merge_ledger]

@@ -25,7 +25,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 
 from langgraph_resilience.canonical import call_key
@@ -33,6 +33,7 @@ from langgraph_resilience.classify import DEFAULT_RULES, Rule, classify, unknown
 from langgraph_resilience.clock import Clock
 from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact
@@ -44,6 +45,7 @@ from langgraph_resilience.state import (
     read_ledger,
     read_messages,
 )
+from langgraph_resilience.validation import check_output, coerce_args
 
 __all__ = ["GuardedToolNode", "error_message", "tool_error_of"]
 
@@ -98,21 +100,51 @@ def _call_with_timeout(
 
 
 @dataclasses.dataclass(slots=True)
+class _Preflight:
+    """A call answered without running: unknown tool, loop, spent budget, bad JSON."""
+
+    error: ToolError
+    exhausted: ExhaustionReason | None = None
+    key: str = ""
+
+
+@dataclasses.dataclass(slots=True)
 class _Batch:
-    """One super-step of the tools node: what runs, and what is answered without running."""
+    """One super-step of the tools node: what runs (with the arguments in force), what
+    is answered without running, and the loop-guard bookkeeping."""
 
     ai_index: int
     ai: AIMessage
-    runnable: list[ToolCall]
-    preflight: list[tuple[ToolError, ExhaustionReason | None]]
     now: float
+    runnable: list[ToolCall] = dataclasses.field(default_factory=list)
+    preflight: list[_Preflight] = dataclasses.field(default_factory=list)
+    keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    coercions: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    seen: dict[str, int] = dataclasses.field(default_factory=dict)
+    recent: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(slots=True)
+class _Step:
+    """What one tools step accumulates while settling its calls."""
+
+    ledger: Ledger
+    thread_attempts: int
+    elapsed: float
+    calls: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
+    messages: list[AnyMessage] = dataclasses.field(default_factory=list)
+    events: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def count(self, kind: str) -> None:
+        self.events[kind] = self.events.get(kind, 0) + 1
 
 
 class GuardedToolNode:
     """Executes the latest `AIMessage`'s tool calls with classification and budgets.
 
-    Use it through `add_resilience`, which also wires the router and the retry
-    node; the node alone only classifies and records, it never waits.
+    Use it through `add_resilience`, which also wires the router, the retry
+    node and (with a ``repair_model``) the repair node; the node alone only
+    classifies, records and answers, it never waits.
     """
 
     def __init__(
@@ -125,6 +157,7 @@ class GuardedToolNode:
         rules: Sequence[Rule] = DEFAULT_RULES,
         rng: random.Random | None = None,
         messages_key: str = "messages",
+        can_repair: bool = False,
     ) -> None:
         self.policy = policy
         self.clock = clock
@@ -132,6 +165,7 @@ class GuardedToolNode:
         self.rules = tuple(rules)
         self.rng = rng or random.Random()
         self.messages_key = messages_key
+        self.can_repair = can_repair
         self._tool_node = ToolNode(
             list(tools),
             handle_tool_errors=False,
@@ -153,6 +187,12 @@ class GuardedToolNode:
             return profile.timeout_s
         return self.policy.tool_timeout_s
 
+    def _checked(self, call: ToolCall, result: Any) -> ToolMessage | Command[Any]:
+        """Apply the tool's output contract to a result that looks successful."""
+        if isinstance(result, ToolMessage) and result.status != "error":
+            check_output(result.content, self.profiles.get(call["name"]))
+        return cast("ToolMessage | Command[Any]", result)
+
     def _wrap(
         self,
         request: ToolCallRequest,
@@ -162,8 +202,8 @@ class GuardedToolNode:
         timeout = self._timeout_for(call["name"])
         try:
             if timeout is None:
-                return execute(request)
-            return cast("ToolMessage | Command[Any]", _call_with_timeout(execute, request, timeout))
+                return self._checked(call, execute(request))
+            return self._checked(call, _call_with_timeout(execute, request, timeout))
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -180,12 +220,12 @@ class GuardedToolNode:
         timeout = self._timeout_for(call["name"])
         try:
             if timeout is None:
-                return cast("ToolMessage | Command[Any]", await execute(request))
+                return self._checked(call, await execute(request))
             try:
                 result = await asyncio.wait_for(execute(request), timeout)
             except TimeoutError as exc:
                 raise TimeoutError(f"tool did not finish within {timeout:g}s") from exc
-            return cast("ToolMessage | Command[Any]", result)
+            return self._checked(call, result)
         except GraphBubbleUp:
             raise
         except Exception as exc:
@@ -205,6 +245,27 @@ class GuardedToolNode:
 
     # -------------------------------------------------------------- the step
 
+    def _loop_threshold(self, tool: str) -> int:
+        profile = self.profiles.get(tool)
+        if profile is not None and profile.loop_threshold is not None:
+            return profile.loop_threshold
+        return self.policy.loop_threshold
+
+    def _is_loop(
+        self, batch: _Batch, call: ToolCall, key: str, seen: dict[str, int], recent: list[str]
+    ) -> bool:
+        """Count a call the agent issues now; answer it with a loop envelope if it closes one."""
+        loop = detect_loop(
+            key, seen=seen, recent=recent, threshold=self._loop_threshold(call["name"])
+        )
+        for counts, order in ((seen, recent), (batch.seen, batch.recent)):
+            counts[key] = counts.get(key, 0) + 1
+            order.append(key)
+        if loop is None:
+            return False
+        batch.preflight.append(_Preflight(_loop_error(call, key, loop, seen[key]), "loop", key))
+        return True
+
     def _plan(self, state: Any) -> _Batch | None:
         messages = read_messages(state, self.messages_key)
         found = last_ai_message(messages)
@@ -213,35 +274,39 @@ class GuardedToolNode:
         ai_index, ai = found
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
-        now = self.clock.time()
+        batch = _Batch(ai_index=ai_index, ai=ai, now=self.clock.time())
         answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
-        batch = _Batch(ai_index=ai_index, ai=ai, runnable=[], preflight=[], now=now)
         for invalid in ai.invalid_tool_calls:
             if invalid.get("id") and invalid["id"] not in answered:
-                batch.preflight.append((_invalid_call_error(invalid), None))
+                batch.preflight.append(_Preflight(_invalid_call_error(invalid)))
         budget_left = self.policy.max_tool_attempts - int(ledger.get("tool_attempts") or 0)
         started_at = ledger.get("started_at")
         deadline_passed = (
             self.policy.deadline_s is not None
             and started_at is not None
-            and now - started_at >= self.policy.deadline_s
+            and batch.now - started_at >= self.policy.deadline_s
         )
+        seen = dict(ledger.get("seen") or {})
+        recent = list(ledger.get("recent") or [])
         for call in ai.tool_calls:
             call_id = call["id"] or ""
             if call_id in answered:
                 continue
             record = calls.get(call_id)
             if record is not None and (
-                record["status"] != "scheduled" or (record["due"] or 0.0) > now + _DUE_TOLERANCE
+                record["status"] != "scheduled"
+                or (record["due"] or 0.0) > batch.now + _DUE_TOLERANCE
             ):
                 continue
-            if call["name"] not in self.tools_by_name:
-                batch.preflight.append(
-                    (
-                        unknown_tool_error(call["name"], list(self.tools_by_name), call_id=call_id),
-                        None,
-                    )
-                )
+            name = call["name"]
+            tool = self.tools_by_name.get(name)
+            if tool is None:
+                error = unknown_tool_error(name, list(self.tools_by_name), call_id=call_id)
+                batch.preflight.append(_Preflight(error))
+                continue
+            args = dict(record["args"]) if record is not None and "args" in record else call["args"]
+            key = call_key(name, args, noise_fields=self.policy.noise_fields)
+            if record is None and self._is_loop(batch, call, key, seen, recent):
                 continue
             exhausted: ExhaustionReason | None = None
             if deadline_passed:
@@ -250,10 +315,16 @@ class GuardedToolNode:
                 exhausted = "max_tool_attempts"
             if exhausted is not None:
                 last = _last_error(record) or _budget_error(call, exhausted)
-                batch.preflight.append((last, exhausted))
+                batch.preflight.append(_Preflight(last, exhausted, key))
                 continue
+            coercion = coerce_args(args, tool.tool_call_schema)
+            if coercion.changes:
+                args = coercion.args
+                batch.coercions[call_id] = list(coercion.changes)
+                emit(Event("coercion", tool=name, call_id=call_id, changes=coercion.changes))
             budget_left -= 1
-            batch.runnable.append(call)
+            batch.keys[call_id] = key
+            batch.runnable.append({**call, "args": args})
         return batch
 
     def _input(self, state: Any, batch: _Batch) -> dict[str, Any]:
@@ -265,87 +336,122 @@ class GuardedToolNode:
     def _finish(self, state: Any, batch: _Batch, output: Any) -> Any:
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
-        thread_attempts = int(ledger.get("tool_attempts") or 0) + len(batch.runnable)
-        started_at = ledger.get("started_at") or batch.now
-        elapsed = batch.now - started_at
-        by_id = {call["id"]: call for call in batch.runnable}
         results, commands = _split_output(output, self.messages_key)
-        delta_calls: dict[str, CallRecord] = {}
-        messages: list[AnyMessage] = []
-        events: dict[str, int] = {}
-
-        def count(kind: str) -> None:
-            events[kind] = events.get(kind, 0) + 1
-
-        for call_id, call in by_id.items():
-            previous = calls.get(call_id or "")
-            attempts = (previous["attempts"] if previous else 0) + 1
-            key = call_key(call["name"], call["args"], noise_fields=self.policy.noise_fields)
-            message = results.get(call_id or "")
-            raised = message.artifact if message is not None else None
-            count("attempt")
-            if not isinstance(raised, _Raised):
-                emit(
-                    Event("attempt", tool=call["name"], call_id=call_id, attempt=attempts, ok=True)
-                )
-                # An ok record keeps the last failure it recovered from, for audit.
-                delta_calls[call_id or ""] = _record(
-                    call, key, attempts=attempts, status="ok", due=None, error=_last_error(previous)
-                )
-                if message is not None:
-                    messages.append(message)
-                continue
-            profile = self.profiles.get(call["name"])
-            error = classify(
-                raised.error,
-                tool=call["name"],
-                profile=profile,
-                call_id=call_id,
-                attempt=attempts,
-                rules=self.rules,
-                now=batch.now,
+        step = _Step(
+            ledger=ledger,
+            thread_attempts=int(ledger.get("tool_attempts") or 0) + len(batch.runnable),
+            elapsed=batch.now - (ledger.get("started_at") or batch.now),
+        )
+        for call in batch.runnable:
+            call_id = call["id"] or ""
+            previous = calls.get(call_id)
+            record = _record(
+                call,
+                batch.keys[call_id],
+                attempts=(previous["attempts"] if previous else 0) + 1,
+                previous=previous,
+                coercions=batch.coercions.get(call_id),
             )
+            step.count("attempt")
+            message = results.get(call_id)
+            raised = message.artifact if message is not None else None
+            if isinstance(raised, _Raised):
+                self._settle_failure(step, call, record, raised.error, now=batch.now)
+                continue
             emit(
                 Event(
                     "attempt",
                     tool=call["name"],
                     call_id=call_id,
+                    attempt=record["attempts"],
+                    ok=True,
+                )
+            )
+            record["status"] = "ok"
+            step.calls[call_id] = record
+            if message is not None:
+                step.messages.append(_with_trail(message, record))
+        for item in batch.preflight:
+            _settle_preflight(step, item, calls)
+
+        statuses = {r["status"] for r in step.calls.values()}
+        route = "repair" if "repair" in statuses else "retry" if "scheduled" in statuses else None
+        emit(Event("route", to=route or "agent"))
+        delta: Ledger = {
+            "calls": step.calls,
+            "tool_attempts": len(batch.runnable),
+            "events": step.events,
+            "seen": batch.seen,
+            "recent": batch.recent,
+        }
+        if ledger.get("started_at") is None and batch.runnable:
+            delta["started_at"] = batch.now
+        update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}
+        if commands:
+            return [*commands, update]
+        return update
+
+    def _settle_failure(
+        self, step: _Step, call: ToolCall, record: CallRecord, exc: BaseException, *, now: float
+    ) -> None:
+        """Classify one failed execution and carry out `decide()`'s verdict on it."""
+        call_id = call["id"] or ""
+        attempts = record["attempts"]
+        profile = self.profiles.get(call["name"])
+        error = classify(
+            exc,
+            tool=call["name"],
+            profile=profile,
+            call_id=call_id,
+            attempt=attempts,
+            rules=self.rules,
+            now=now,
+        )
+        if isinstance(exc, ToolInvocationError):  # rejected before running: safe to repair
+            error = error.model_copy(update={"context": {**error.context, "stage": "arguments"}})
+        record["error"] = error.model_dump(mode="json")
+        emit(
+            Event(
+                "attempt",
+                tool=call["name"],
+                call_id=call_id,
+                attempt=attempts,
+                ok=False,
+                failure_class=error.failure_class.value,
+                error=error.type,
+            )
+        )
+        decision = decide(
+            error,
+            attempts=attempts,
+            thread_attempts=step.thread_attempts,
+            elapsed=step.elapsed,
+            policy=self.policy,
+            profile=profile,
+            rng=self.rng,
+            repairs=record.get("repairs", 0),
+            llm_calls=int(step.ledger.get("llm_calls") or 0),
+            can_repair=self.can_repair,
+        )
+        step.calls[call_id] = record
+        if decision.route == "retry":
+            step.count("retry_scheduled")
+            emit(
+                Event(
+                    "retry_scheduled",
+                    tool=call["name"],
+                    call_id=call_id,
                     attempt=attempts,
-                    ok=False,
-                    failure_class=error.failure_class.value,
-                    error=error.type,
+                    delay=round(decision.delay, 6),
                 )
             )
-            decision = decide(
-                error,
-                attempts=attempts,
-                thread_attempts=thread_attempts,
-                elapsed=elapsed,
-                policy=self.policy,
-                profile=profile,
-                rng=self.rng,
-            )
-            if decision.route == "retry":
-                count("retry_scheduled")
-                emit(
-                    Event(
-                        "retry_scheduled",
-                        tool=call["name"],
-                        call_id=call_id,
-                        attempt=attempts,
-                        delay=round(decision.delay, 6),
-                    )
-                )
-                delta_calls[call_id or ""] = _record(
-                    call,
-                    key,
-                    attempts=attempts,
-                    status="scheduled",
-                    due=batch.now + decision.delay,
-                    error=error,
-                )
-                continue
-            count("gave_up")
+            record["status"] = "scheduled"
+            record["due"] = now + decision.delay
+        elif decision.route == "repair":
+            step.count("repair_needed")
+            record["status"] = "repair"
+        else:
+            step.count("gave_up")
             emit(
                 Event(
                     "gave_up",
@@ -356,48 +462,8 @@ class GuardedToolNode:
                     exhausted=decision.exhausted,
                 )
             )
-            delta_calls[call_id or ""] = _record(
-                call, key, attempts=attempts, status="failed", due=None, error=error
-            )
-            messages.append(error_message(error, exhausted=decision.exhausted))
-
-        for error, exhausted in batch.preflight:
-            count("gave_up")
-            emit(
-                Event(
-                    "gave_up",
-                    tool=error.tool,
-                    call_id=error.call_id,
-                    attempt=error.attempt,
-                    failure_class=error.failure_class.value,
-                    exhausted=exhausted,
-                )
-            )
-            if error.call_id:
-                previous = calls.get(error.call_id)
-                delta_calls[error.call_id] = {
-                    "tool": error.tool or "",
-                    "key": previous["key"] if previous else "",
-                    "attempts": previous["attempts"] if previous else 0,
-                    "status": "failed",
-                    "due": None,
-                    "error": error.model_dump(mode="json"),
-                }
-            messages.append(error_message(error, exhausted=exhausted))
-
-        waiting = any(r["status"] == "scheduled" for r in delta_calls.values())
-        emit(Event("route", to="retry" if waiting else "agent"))
-        delta: Ledger = {
-            "calls": delta_calls,
-            "tool_attempts": len(batch.runnable),
-            "events": events,
-        }
-        if ledger.get("started_at") is None and batch.runnable:
-            delta["started_at"] = batch.now
-        update: dict[str, Any] = {self.messages_key: messages, "resilience": delta}
-        if commands:
-            return [*commands, update]
-        return update
+            record["status"] = "failed"
+            step.messages.append(error_message(error, exhausted=decision.exhausted))
 
     def run(self, state: Any, config: RunnableConfig) -> Any:
         """Sync body of the node."""
@@ -420,23 +486,94 @@ class GuardedToolNode:
         return self._finish(state, batch, output)
 
 
+def _settle_preflight(step: _Step, item: _Preflight, calls: Mapping[str, CallRecord]) -> None:
+    """Answer a call that was not run (unknown tool, loop, spent budget, bad JSON)."""
+    error = item.error
+    kind = "loop_detected" if item.exhausted == "loop" else "gave_up"
+    step.count(kind)
+    extra = {"call_key": item.key} if item.exhausted == "loop" else {}
+    emit(
+        Event(
+            kind,
+            tool=error.tool,
+            call_id=error.call_id,
+            attempt=error.attempt,
+            failure_class=error.failure_class.value,
+            exhausted=item.exhausted,
+            **extra,
+        )
+    )
+    if error.call_id:
+        previous = calls.get(error.call_id)
+        step.calls[error.call_id] = {
+            **(previous or {}),  # type: ignore[typeddict-item]
+            "tool": error.tool or "",
+            "key": item.key or (previous["key"] if previous else ""),
+            "attempts": previous["attempts"] if previous else 0,
+            "status": "failed",
+            "due": None,
+            "error": error.model_dump(mode="json"),
+        }
+    step.messages.append(error_message(error, exhausted=item.exhausted))
+
+
 def _record(
     call: ToolCall,
     key: str,
     *,
     attempts: int,
-    status: Any,
-    due: float | None,
-    error: ToolError | None,
+    previous: CallRecord | None,
+    coercions: list[str] | None,
 ) -> CallRecord:
-    return {
+    """The call's record after one more execution; status and error are set by the caller.
+    An ok record keeps the last failure it recovered from, for audit."""
+    record: CallRecord = {
+        **(previous or {}),  # type: ignore[typeddict-item]
         "tool": call["name"],
         "key": key,
         "attempts": attempts,
-        "status": status,
-        "due": due,
-        "error": None if error is None else error.model_dump(mode="json"),
+        "status": "scheduled",
+        "due": None,
+        "error": previous["error"] if previous else None,
+        "args": dict(call["args"]),
     }
+    if coercions:
+        record["coercions"] = [*(record.get("coercions") or []), *coercions]
+    return record
+
+
+def _with_trail(message: ToolMessage, record: CallRecord) -> ToolMessage:
+    """Attach the recovery trail (repairs, coercions) to a successful ToolMessage."""
+    trail: dict[str, Any] = {
+        k: v for k in ("repairs", "trail", "coercions") if (v := record.get(k))
+    }
+    if not trail:
+        return message
+    trail["attempts"] = record["attempts"]
+    metadata = {**message.response_metadata, "resilience": trail}
+    update: dict[str, Any] = {"response_metadata": metadata}
+    if message.artifact is None:
+        update["artifact"] = {"resilience": trail}
+    return message.model_copy(update=update)
+
+
+def _loop_error(call: ToolCall, key: str, kind: LoopKind, count: int) -> ToolError:
+    what = (
+        f"this exact call was already issued {count - 1} times"
+        if kind == "repeat"
+        else "the calls alternate between the same two requests"
+    )
+    return ToolError(
+        type="LoopDetectedError",
+        failure_class=FailureClass.STRUCTURAL,
+        message=f"Loop detected: {what}; it was not executed. Change the approach "
+        "or the arguments, or ask the user.",
+        suggested_action="ask_human",
+        retriable=False,
+        tool=call["name"],
+        call_id=call["id"],
+        context={"loop": kind, "call_key": key, "count": count},
+    )
 
 
 def _last_error(record: CallRecord | None) -> ToolError | None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
@@ -26,14 +27,15 @@ from langgraph_resilience.clock import Clock, SystemClock
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
+from langgraph_resilience.repair import RepairNode
 from langgraph_resilience.retry import RetryNode
-from langgraph_resilience.router import route_after_agent, route_after_tools
+from langgraph_resilience.router import route_after_agent, route_after_repair, route_after_tools
 from langgraph_resilience.state import merge_ledger
 from langgraph_resilience.tools import GuardedToolNode
 
 __all__ = ["DEFAULT_NODE_NAMES", "add_resilience"]
 
-DEFAULT_NODE_NAMES: Mapping[str, str] = {"tools": "tools", "retry": "retry"}
+DEFAULT_NODE_NAMES: Mapping[str, str] = {"tools": "tools", "retry": "retry", "repair": "repair"}
 """The nodes `add_resilience` adds, by role; rename them with ``node_names=``."""
 
 
@@ -65,6 +67,7 @@ def add_resilience(
     rules: Sequence[Rule] = (),
     messages_key: str = "messages",
     node_names: Mapping[str, str] | None = None,
+    repair_model: BaseChatModel | None = None,
 ) -> StateGraph[Any, Any, Any, Any]:
     """Wire guarded tool execution and classified retry into `builder`; return it.
 
@@ -80,6 +83,8 @@ def add_resilience(
         rules: classification rules tried before the built-in table.
         messages_key: the state key holding the messages.
         node_names: rename the added nodes, e.g. ``{"tools": "act"}``.
+        repair_model: a tool-calling chat model for reflection repair of SEMANTIC
+            failures (adds the ``repair`` node); without it they go to the agent.
 
     >>> add_resilience(builder, agent="agent", tools=[search])  # doctest: +SKIP
     """
@@ -98,7 +103,9 @@ def add_resilience(
             f"the graph has no node {agent!r}; add your agent node before calling "
             f"add_resilience (nodes: {sorted(builder.nodes)})"
         )
-    for role, name in names.items():
+    roles = ["tools", "retry"] + (["repair"] if repair_model is not None else [])
+    for role in roles:
+        name = names[role]
         if name in builder.nodes or name == agent:
             raise ConfigurationError(
                 f"node name {name!r} (for {role}) is already taken; pass "
@@ -121,6 +128,7 @@ def add_resilience(
         rules=(*rules, *DEFAULT_RULES),
         rng=rng,
         messages_key=messages_key,
+        can_repair=repair_model is not None,
     )
     unknown_profiles = set(profiles or {}) - set(tool_node.tools_by_name)
     if unknown_profiles:
@@ -141,10 +149,29 @@ def add_resilience(
         functools.partial(route_after_agent, messages_key=messages_key),
         {"tools": names["tools"], "__end__": END},
     )
+    after_tools: dict[Hashable, str] = {"retry": names["retry"], "agent": agent}
+    if repair_model is not None:
+        repair_node = RepairNode(
+            model=repair_model,
+            tools_by_name=tool_node.tools_by_name,
+            policy=policy,
+            clock=clock,
+            messages_key=messages_key,
+        )
+        builder.add_node(
+            names["repair"],
+            RunnableLambda(repair_node.run, afunc=repair_node.arun, name=names["repair"]),
+        )
+        builder.add_conditional_edges(
+            names["repair"],
+            functools.partial(route_after_repair, messages_key=messages_key),
+            {"repair": names["repair"], "tools": names["tools"], "agent": agent},
+        )
+        after_tools["repair"] = names["repair"]
     builder.add_conditional_edges(
         names["tools"],
         functools.partial(route_after_tools, messages_key=messages_key),
-        {"retry": names["retry"], "agent": agent},
+        after_tools,
     )
     builder.add_edge(names["retry"], names["tools"])
     return builder

@@ -83,6 +83,7 @@ def build_graph(
     clock: FakeClock | None = None,
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     seed: int = 7,
+    repair_model: ScriptedChatModel | None = None,
     **compile_kwargs: Any,
 ) -> Harness:
     """Build the graph exactly as the README tells a user to."""
@@ -107,6 +108,7 @@ def build_graph(
         profiles=profiles,
         clock=clock,
         rng=random.Random(seed),
+        repair_model=repair_model,
     )
     app = builder.compile(checkpointer=checkpointer or InMemorySaver(), **compile_kwargs)
     return Harness(app=app, model=model, clock=clock)
