@@ -37,7 +37,7 @@ from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact
-from langgraph_resilience.router import decide
+from langgraph_resilience.router import decide, decide_repair
 from langgraph_resilience.state import (
     CallRecord,
     Ledger,
@@ -106,6 +106,8 @@ class _Preflight:
     error: ToolError
     exhausted: ExhaustionReason | None = None
     key: str = ""
+    repairable: bool = False
+    """Arguments that are not JSON: reflection repair may still produce a valid call."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -266,6 +268,24 @@ class GuardedToolNode:
         batch.preflight.append(_Preflight(_loop_error(call, key, loop, seen[key]), "loop", key))
         return True
 
+    def _invalid_calls(
+        self, batch: _Batch, answered: set[str], calls: Mapping[str, CallRecord]
+    ) -> list[ToolCall]:
+        """Unparseable calls: new ones are answered (or sent to repair) in preflight;
+        those a repair already fixed come back as ordinary calls."""
+        repaired: list[ToolCall] = []
+        for invalid in batch.ai.invalid_tool_calls:
+            call_id = invalid.get("id")
+            if not call_id or call_id in answered:
+                continue
+            if call_id in calls:
+                name = invalid.get("name") or ""
+                repaired.append(ToolCall(name=name, args={}, id=call_id, type="tool_call"))
+                continue
+            repairable = invalid.get("name") in self.tools_by_name
+            batch.preflight.append(_Preflight(_invalid_call_error(invalid), repairable=repairable))
+        return repaired
+
     def _plan(self, state: Any) -> _Batch | None:
         messages = read_messages(state, self.messages_key)
         found = last_ai_message(messages)
@@ -276,9 +296,7 @@ class GuardedToolNode:
         calls = ledger.get("calls") or {}
         batch = _Batch(ai_index=ai_index, ai=ai, now=self.clock.time())
         answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
-        for invalid in ai.invalid_tool_calls:
-            if invalid.get("id") and invalid["id"] not in answered:
-                batch.preflight.append(_Preflight(_invalid_call_error(invalid)))
+        repaired_invalid = self._invalid_calls(batch, answered, calls)
         budget_left = self.policy.max_tool_attempts - int(ledger.get("tool_attempts") or 0)
         started_at = ledger.get("started_at")
         deadline_passed = (
@@ -288,7 +306,7 @@ class GuardedToolNode:
         )
         seen = dict(ledger.get("seen") or {})
         recent = list(ledger.get("recent") or [])
-        for call in ai.tool_calls:
+        for call in [*ai.tool_calls, *repaired_invalid]:
             call_id = call["id"] or ""
             if call_id in answered:
                 continue
@@ -372,7 +390,7 @@ class GuardedToolNode:
             if message is not None:
                 step.messages.append(_with_trail(message, record))
         for item in batch.preflight:
-            _settle_preflight(step, item, calls)
+            self._settle_preflight(step, item, calls)
 
         statuses = {r["status"] for r in step.calls.values()}
         route = "repair" if "repair" in statuses else "retry" if "scheduled" in statuses else None
@@ -465,6 +483,61 @@ class GuardedToolNode:
             record["status"] = "failed"
             step.messages.append(error_message(error, exhausted=decision.exhausted))
 
+    def _settle_preflight(
+        self, step: _Step, item: _Preflight, calls: Mapping[str, CallRecord]
+    ) -> None:
+        """Answer a call that was not run (unknown tool, loop, spent budget, bad JSON),
+        or send unparseable arguments to reflection repair."""
+        error = item.error
+        if item.repairable and error.call_id:
+            decision = decide_repair(
+                error,
+                repairs=0,
+                llm_calls=int(step.ledger.get("llm_calls") or 0),
+                policy=self.policy,
+                profile=self.profiles.get(error.tool or ""),
+                can_repair=self.can_repair,
+            )
+            if decision.route == "repair":
+                step.count("repair_needed")
+                step.calls[error.call_id] = {
+                    "tool": error.tool or "",
+                    "key": "",
+                    "attempts": 0,
+                    "status": "repair",
+                    "due": None,
+                    "error": error.model_dump(mode="json"),
+                    "args": {},
+                }
+                return
+            item.exhausted = decision.exhausted
+        kind = "loop_detected" if item.exhausted == "loop" else "gave_up"
+        step.count(kind)
+        extra = {"call_key": item.key} if item.exhausted == "loop" else {}
+        emit(
+            Event(
+                kind,
+                tool=error.tool,
+                call_id=error.call_id,
+                attempt=error.attempt,
+                failure_class=error.failure_class.value,
+                exhausted=item.exhausted,
+                **extra,
+            )
+        )
+        if error.call_id:
+            previous = calls.get(error.call_id)
+            step.calls[error.call_id] = {
+                **(previous or {}),  # type: ignore[typeddict-item]
+                "tool": error.tool or "",
+                "key": item.key or (previous["key"] if previous else ""),
+                "attempts": previous["attempts"] if previous else 0,
+                "status": "failed",
+                "due": None,
+                "error": error.model_dump(mode="json"),
+            }
+        step.messages.append(error_message(error, exhausted=item.exhausted))
+
     def run(self, state: Any, config: RunnableConfig) -> Any:
         """Sync body of the node."""
         batch = self._plan(state)
@@ -484,37 +557,6 @@ class GuardedToolNode:
             else {}
         )
         return self._finish(state, batch, output)
-
-
-def _settle_preflight(step: _Step, item: _Preflight, calls: Mapping[str, CallRecord]) -> None:
-    """Answer a call that was not run (unknown tool, loop, spent budget, bad JSON)."""
-    error = item.error
-    kind = "loop_detected" if item.exhausted == "loop" else "gave_up"
-    step.count(kind)
-    extra = {"call_key": item.key} if item.exhausted == "loop" else {}
-    emit(
-        Event(
-            kind,
-            tool=error.tool,
-            call_id=error.call_id,
-            attempt=error.attempt,
-            failure_class=error.failure_class.value,
-            exhausted=item.exhausted,
-            **extra,
-        )
-    )
-    if error.call_id:
-        previous = calls.get(error.call_id)
-        step.calls[error.call_id] = {
-            **(previous or {}),  # type: ignore[typeddict-item]
-            "tool": error.tool or "",
-            "key": item.key or (previous["key"] if previous else ""),
-            "attempts": previous["attempts"] if previous else 0,
-            "status": "failed",
-            "due": None,
-            "error": error.model_dump(mode="json"),
-        }
-    step.messages.append(error_message(error, exhausted=item.exhausted))
 
 
 def _record(
@@ -604,7 +646,7 @@ def _invalid_call_error(invalid: Mapping[str, Any]) -> ToolError:
         retriable=False,
         tool=invalid.get("name") or "",
         call_id=invalid.get("id"),
-        context={"args": redact(str(invalid.get("args") or "")[:200])},
+        context={"args": redact(str(invalid.get("args") or "")[:200]), "stage": "arguments"},
     )
 
 

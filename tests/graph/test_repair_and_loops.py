@@ -227,3 +227,33 @@ def test_interrupt_inside_the_repair_model_propagates(runner: Runner) -> None:
 
     assert out["__interrupt__"][0].value == "which currency?"
     assert h.app.get_state(config).next == ("repair",)
+
+
+def test_malformed_json_arguments_are_repaired(runner: Runner) -> None:
+    """A call whose arguments are not JSON is re-issued by the repair model and answered."""
+    broken = AIMessage(
+        content="",
+        invalid_tool_calls=[
+            {
+                "name": "lookup",
+                "args": '{"query": "lamps',
+                "id": "bad1",
+                "error": "unterminated string",
+                "type": "invalid_tool_call",
+            }
+        ],
+    )
+    repairer = repair_with({"query": "lamps"}, name="lookup")
+    spy = FaultyTool(lookup)
+    h = build_graph([spy], [broken, text("ok")], repair_model=repairer)
+
+    out = runner.invoke(h.app, {"messages": [("user", "find lamps")]}, h.config())
+
+    assert '{\\"query\\": \\"lamps' in repairer.received[0][-1].text
+    [message] = tool_messages(out)
+    assert (message.tool_call_id, message.status, message.content) == (
+        "bad1",
+        "success",
+        "found lamps",
+    )
+    assert spy.executions == 1
