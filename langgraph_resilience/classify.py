@@ -387,7 +387,16 @@ def classify(
     retry_after = verdict.retry_after_ms
     if retry_after is None and verdict.failure_class is FailureClass.TRANSIENT:
         retry_after = retry_after_ms(evidence, now=now)
-    message = redact(str(error) or type(error).__name__)[:_MAX_MESSAGE]
+    if isinstance(evidence, ValidationError):
+        # pydantic echoes input values (a password, say) into str(); name the problems only.
+        problems = evidence.errors(include_url=False, include_input=False)
+        text = f"invalid {'arguments' if tool else 'value'}" + (f" for {tool}" if tool else "")
+        text += ": " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in problems
+        )
+    else:
+        text = str(error) or type(error).__name__
+    message = redact(text)[:_MAX_MESSAGE]
     return ToolError(
         type=type(error).__name__,
         failure_class=verdict.failure_class,

@@ -16,8 +16,9 @@ __all__ = ["REDACTED", "redact", "redact_value"]
 REDACTED = "[REDACTED]"
 
 _SECRET_KEY = re.compile(
-    r"(authorization|password|passwd|pwd|secret|token|api[_-]?key|apikey|cookie|"
-    r"credential|private[_-]?key|dsn|session[_-]?id)",
+    # a key that *is* a secret's name, or ends with one: "access_token" yes, "max_tokens" no
+    r"^(?:.*[_\-.])?(authorization|password|passwd|pwd|secret|token|api[_-]?key|apikey|"
+    r"cookie|set-cookie|credentials?|private[_-]?key|dsn|session[_-]?id|access[_-]?key)$",
     re.IGNORECASE,
 )
 

@@ -1,0 +1,277 @@
+"""The per-thread ledger and its reducer, `merge_ledger`."""
+
+import random
+import warnings
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from langgraph_resilience import Ledger, classify, merge_ledger
+from langgraph_resilience.state import CallRecord, empty_ledger, read_ledger
+from langgraph_resilience.testing import FakeHTTPError
+
+
+def _record(attempts: int, *, status: str = "failed", tool: str = "search", **extra: Any) -> Any:
+    record: dict[str, Any] = {
+        "tool": tool,
+        "key": f"{tool}:0123456789abcdef0123",
+        "attempts": attempts,
+        "status": status,
+        "due": None,
+        "error": None,
+    }
+    record.update(extra)
+    return record
+
+
+# ----------------------------------------------------------------------- None and empty
+
+
+def test_merging_nothing_gives_an_empty_ledger() -> None:
+    """No current value and no update is a ledger with nothing spent."""
+    merged = merge_ledger(None, None)
+    assert merged == empty_ledger()
+    assert merged["calls"] == {}
+    assert merged["tool_attempts"] == 0
+    assert merged["started_at"] is None
+    assert merged["events"] == {}
+
+
+def test_none_update_keeps_the_current_ledger() -> None:
+    """A None (or empty) delta changes nothing."""
+    current = merge_ledger(None, {"tool_attempts": 2, "started_at": 5.0, "events": {"a": 1}})
+    for update in (None, {}):
+        merged = merge_ledger(current, update)  # type: ignore[arg-type]
+        assert merged["tool_attempts"] == 2
+        assert merged["started_at"] == 5.0
+        assert merged["events"] == {"a": 1}
+
+
+def test_first_delta_becomes_the_ledger() -> None:
+    """A delta applied to no ledger is filled out with defaults."""
+    merged = merge_ledger(None, {"calls": {"c1": _record(1)}})
+    assert merged["calls"] == {"c1": _record(1)}
+    assert merged["tool_attempts"] == 0
+    assert merged["started_at"] is None
+
+
+def test_merge_does_not_mutate_its_inputs() -> None:
+    """The reducer returns a new ledger; checkpointed values are never changed in place."""
+    current: Ledger = {
+        "calls": {"c1": _record(1)},
+        "tool_attempts": 1,
+        "started_at": 2.0,
+        "events": {"attempt": 1},
+    }
+    update: Ledger = {
+        "calls": {"c1": _record(2), "c2": _record(1)},
+        "tool_attempts": 2,
+        "events": {"attempt": 2},
+    }
+    snapshot = (repr(current), repr(update))
+    merge_ledger(current, update)
+    assert (repr(current), repr(update)) == snapshot
+
+
+# ---------------------------------------------------------------------------- counters
+
+
+def test_counters_add_up() -> None:
+    """tool_attempts and events are deltas: they add, never overwrite."""
+    ledger = merge_ledger(None, {"tool_attempts": 1, "events": {"attempt": 1}})
+    ledger = merge_ledger(ledger, {"tool_attempts": 2, "events": {"attempt": 2, "retry": 1}})
+    ledger = merge_ledger(ledger, {"events": {"retry": 3}})
+    assert ledger["tool_attempts"] == 3
+    assert ledger["events"] == {"attempt": 3, "retry": 4}
+
+
+def test_missing_or_none_counters_count_as_zero() -> None:
+    """A delta without a counter (or with None) adds nothing."""
+    ledger = merge_ledger(None, {"tool_attempts": 4})
+    ledger = merge_ledger(ledger, {"tool_attempts": None, "events": None})  # type: ignore[typeddict-item]
+    assert ledger["tool_attempts"] == 4
+    assert ledger["events"] == {}
+
+
+# -------------------------------------------------------------------------- call records
+
+
+def test_call_records_merge_per_call_id() -> None:
+    """Records of different calls coexist."""
+    ledger = merge_ledger(None, {"calls": {"c1": _record(1)}})
+    ledger = merge_ledger(ledger, {"calls": {"c2": _record(1, tool="lookup")}})
+    assert set(ledger["calls"]) == {"c1", "c2"}
+    assert ledger["calls"]["c2"]["tool"] == "lookup"
+
+
+def test_record_with_more_attempts_wins() -> None:
+    """A newer record for a call replaces an older one."""
+    ledger = merge_ledger(None, {"calls": {"c1": _record(1, status="scheduled")}})
+    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2, status="ok")}})
+    assert ledger["calls"]["c1"]["attempts"] == 2
+    assert ledger["calls"]["c1"]["status"] == "ok"
+
+
+def test_stale_record_with_fewer_attempts_loses() -> None:
+    """A late write of an older record never rolls a call back."""
+    ledger = merge_ledger(None, {"calls": {"c1": _record(3, status="ok")}})
+    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2, status="scheduled")}})
+    assert ledger["calls"]["c1"] == _record(3, status="ok")
+
+
+def test_tie_goes_to_the_update() -> None:
+    """With equal attempts the newer write (e.g. scheduled -> failed) wins."""
+    ledger = merge_ledger(None, {"calls": {"c1": _record(2, status="scheduled", due=9.0)}})
+    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2, status="failed")}})
+    assert ledger["calls"]["c1"]["status"] == "failed"
+    assert ledger["calls"]["c1"]["due"] is None
+
+
+def test_unrelated_records_survive_an_update() -> None:
+    """Updating one call leaves the others as they were."""
+    ledger = merge_ledger(None, {"calls": {"c1": _record(1), "c2": _record(2)}})
+    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2)}})
+    assert ledger["calls"]["c2"] == _record(2)
+
+
+# ---------------------------------------------------------------------------- started_at
+
+
+def test_started_at_takes_the_earliest() -> None:
+    """The deadline origin is the first tool execution, whichever write arrives first."""
+    ledger = merge_ledger(None, {"started_at": 20.0})
+    assert merge_ledger(ledger, {"started_at": 10.0})["started_at"] == 10.0
+    assert merge_ledger(ledger, {"started_at": 30.0})["started_at"] == 20.0
+
+
+def test_started_at_none_never_erases_a_start() -> None:
+    """A delta without a start keeps the known one; a first start is adopted."""
+    ledger = merge_ledger(None, {"started_at": 20.0})
+    assert merge_ledger(ledger, {"started_at": None})["started_at"] == 20.0
+    assert merge_ledger(ledger, {"tool_attempts": 1})["started_at"] == 20.0
+    assert merge_ledger(merge_ledger(None, {}), {"started_at": 7.5})["started_at"] == 7.5
+
+
+# ---------------------------------------------------------------------------- properties
+
+_DELTAS = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "tool_attempts": st.integers(0, 5),
+            "events": st.dictionaries(
+                st.sampled_from(["attempt", "retry", "backoff", "give_up"]),
+                st.integers(0, 5),
+                max_size=4,
+            ),
+            "started_at": st.none() | st.floats(0, 1e10, allow_nan=False),
+            "calls": st.dictionaries(
+                st.sampled_from(["c1", "c2", "c3"]),
+                st.integers(1, 5).map(_record),
+                max_size=3,
+            ),
+        },
+    ),
+    max_size=8,
+)
+
+
+def _fold(deltas: list[Any], start: Ledger | None = None) -> Ledger:
+    ledger = start
+    for delta in deltas:
+        ledger = merge_ledger(ledger, delta)
+    return merge_ledger(ledger, None)
+
+
+@settings(deadline=None)
+@given(deltas=_DELTAS, seed=st.integers(0, 2**32 - 1))
+def test_merge_order_never_changes_the_totals(deltas: list[Any], seed: int) -> None:
+    """Parallel writers in any order give the same counters, start and attempt counts."""
+    shuffled = list(deltas)
+    random.Random(seed).shuffle(shuffled)
+    a, b = _fold(deltas), _fold(shuffled)
+    assert (
+        a["tool_attempts"] == b["tool_attempts"] == sum(d.get("tool_attempts", 0) for d in deltas)
+    )
+    assert a["events"] == b["events"]
+    assert a["started_at"] == b["started_at"]
+    assert {k: r["attempts"] for k, r in a["calls"].items()} == {
+        k: r["attempts"] for k, r in b["calls"].items()
+    }
+
+
+@settings(deadline=None)
+@given(deltas=_DELTAS, split=st.integers(0, 8))
+def test_merge_is_associative_for_totals(deltas: list[Any], split: int) -> None:
+    """Folding in two halves and merging gives the same totals as folding at once."""
+    left, right = deltas[:split], deltas[split:]
+    combined = merge_ledger(_fold(left), _fold(right))
+    whole = _fold(deltas)
+    assert combined["tool_attempts"] == whole["tool_attempts"]
+    assert combined["events"] == whole["events"]
+    assert combined["started_at"] == whole["started_at"]
+
+
+@settings(deadline=None)
+@given(deltas=_DELTAS)
+def test_calls_keep_their_highest_attempt_count(deltas: list[Any]) -> None:
+    """Each call's merged record has the maximum attempts written for it."""
+    merged = _fold(deltas)
+    for call_id, record in merged["calls"].items():
+        written = [d["calls"][call_id]["attempts"] for d in deltas if call_id in d.get("calls", {})]
+        assert record["attempts"] == max(written)
+
+
+# ------------------------------------------------------------------------- serialization
+
+
+def _realistic_ledger() -> Ledger:
+    error = classify(
+        FakeHTTPError(503, headers={"Retry-After": "2"}), tool="search", call_id="c1", attempt=1
+    )
+    record: CallRecord = {
+        "tool": "search",
+        "key": "search:0123456789abcdef0123",
+        "attempts": 1,
+        "status": "scheduled",
+        "due": 1_700_000_002.25,
+        "error": error.model_dump(mode="json"),
+    }
+    return merge_ledger(
+        None,
+        {
+            "calls": {"c1": record, "c2": _record(2, status="ok")},
+            "tool_attempts": 3,
+            "started_at": 1_700_000_000.125,
+            "events": {"attempt": 3, "retry_scheduled": 1},
+        },
+    )
+
+
+def test_ledger_round_trips_through_the_checkpoint_serializer() -> None:
+    """LangGraph's JsonPlusSerializer stores and restores the ledger unchanged, silently."""
+    serde = JsonPlusSerializer()
+    ledger = _realistic_ledger()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        restored = serde.loads_typed(serde.dumps_typed(ledger))
+    assert restored == ledger
+    assert restored["calls"]["c1"]["error"]["failure_class"] == "transient"
+
+
+def test_empty_ledger_round_trips_through_the_checkpoint_serializer() -> None:
+    """Even the empty ledger (None start, empty maps) survives a checkpoint."""
+    serde = JsonPlusSerializer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert serde.loads_typed(serde.dumps_typed(empty_ledger())) == empty_ledger()
+
+
+def test_read_ledger_of_a_state_without_one_is_empty() -> None:
+    """A fresh thread (no channel value yet) reads as an empty ledger."""
+    assert read_ledger({}) == empty_ledger()
+    assert read_ledger({"resilience": None}) == empty_ledger()
+    ledger = _realistic_ledger()
+    assert read_ledger({"resilience": ledger}) is ledger
