@@ -37,7 +37,7 @@ from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact
 from langgraph_resilience.retry import backoff_delay
-from langgraph_resilience.router import Decision, decide, route_after_agent, route_after_tools
+from langgraph_resilience.router import Decision, decide, next_step, route_after_agent
 from langgraph_resilience.state import Ledger, ResilienceLedger, ResilienceState, merge_ledger
 from langgraph_resilience.tools import GuardedToolNode, tool_error_of
 from langgraph_resilience.wiring import add_resilience
@@ -77,7 +77,7 @@ __all__ = [
     "redact",
     "retriable",
     "retry_after_ms",
+    "next_step",
     "route_after_agent",
-    "route_after_tools",
     "tool_error_of",
 ]

@@ -170,5 +170,7 @@ ExhaustionReason = Literal[
     "max_repair",
     "max_recovery_llm_calls",
     "loop",
+    "max_replans",
+    "plan_failed",
 ]
 """Why a failure went back to the agent instead of to (another) recovery step."""

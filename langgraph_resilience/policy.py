@@ -64,6 +64,12 @@ class ResiliencePolicy:
     max_recovery_llm_calls: int = 10
     """LLM calls per thread spent on recovery (repairs, replans), shared by all paths."""
 
+    max_replans: int = 2
+    """Planner attempts per thread; a rejected plan counts. Then: escalation."""
+
+    max_plan_steps: int = 8
+    """The verifier rejects a replan with more steps than this."""
+
     deadline: float | dt.timedelta | None = None
     """Wall-clock budget per thread from its first tool call; None means no deadline."""
 
@@ -92,6 +98,8 @@ class ResiliencePolicy:
             ("loop_threshold", 1),
             ("max_tool_attempts", 1),
             ("max_recovery_llm_calls", 0),
+            ("max_replans", 0),
+            ("max_plan_steps", 1),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

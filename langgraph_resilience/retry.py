@@ -86,12 +86,14 @@ class RetryNode:
         """Sync body: block for the remaining backoff."""
         wait, ids = self._wait(state)
         emit(Event("backoff", seconds=round(wait, 6), calls=ids))
-        self.clock.sleep(wait)
+        if wait > 0:
+            self.clock.sleep(wait)
         return {"resilience": {"events": {"backoff": 1}}}
 
     async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Async body: suspend for the remaining backoff without blocking the loop."""
         wait, ids = self._wait(state)
         emit(Event("backoff", seconds=round(wait, 6), calls=ids))
-        await self.clock.asleep(wait)
+        if wait > 0:
+            await self.clock.asleep(wait)
         return {"resilience": {"events": {"backoff": 1}}}

@@ -25,14 +25,15 @@ from langgraph_resilience.state import (
 
 __all__ = [
     "Decision",
+    "Next",
     "decide",
     "decide_repair",
+    "next_step",
     "route_after_agent",
-    "route_after_repair",
-    "route_after_tools",
+    "unrecovered",
 ]
 
-Route = Literal["retry", "repair", "agent"]
+Route = Literal["retry", "repair", "replan", "escalate", "agent"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,6 +69,42 @@ def decide_repair(
     if llm_calls >= policy.max_recovery_llm_calls:
         return Decision("agent", exhausted="max_recovery_llm_calls")
     return Decision("repair")
+
+
+def unrecovered(
+    error: ToolError,
+    decision: Decision,
+    *,
+    can_replan: bool,
+    can_escalate: bool,
+    in_plan: bool = False,
+) -> Decision:
+    """Where a failure goes when retry and repair cannot take it (DESIGN.md section 1).
+
+    POLICY and UNKNOWN never reach the planner: a human decides (when
+    escalation is on). STRUCTURAL failures, loops and exhausted per-call
+    budgets go to the planner, else to a human. A spent thread budget goes to
+    a human: a new plan would only spend more. Calls of a running plan are
+    answered; the plan executor handles their failure through fallbacks.
+    """
+    if decision.route != "agent" or in_plan:
+        return decision
+    human = Decision("escalate", exhausted=decision.exhausted) if can_escalate else decision
+    if error.failure_class in (FailureClass.POLICY, FailureClass.UNKNOWN):
+        return human
+    if decision.exhausted in ("max_tool_attempts", "max_recovery_llm_calls", "side_effect"):
+        return human
+    replannable = error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
+        "max_attempts",
+        "deadline",
+        "max_repair",
+        "loop",
+    )
+    if not replannable:
+        return decision
+    if can_replan:
+        return Decision("replan", exhausted=decision.exhausted)
+    return human
 
 
 def decide(
@@ -140,6 +177,10 @@ def route_after_agent(state: Any, messages_key: str = "messages") -> Literal["to
     return "tools" if ai.tool_calls or ai.invalid_tool_calls else "__end__"
 
 
+Next = Literal["repair", "retry", "planner", "escalate", "executor", "agent", "__end__"]
+"""Where the graph goes once a recovery node has settled the calls of a turn."""
+
+
 def _pending(state: Any, messages_key: str) -> set[str]:
     calls = read_ledger(state).get("calls") or {}
     return {
@@ -149,25 +190,30 @@ def _pending(state: Any, messages_key: str) -> set[str]:
     }
 
 
-def route_after_tools(state: Any, messages_key: str = "messages") -> Route:
-    """``repair`` while a call waits for reflection repair, ``retry`` while one waits
-    for its backoff, else ``agent`` (every call of the turn is answered)."""
+def next_step(state: Any, messages_key: str = "messages") -> Next:
+    """The router after every recovery node: the first waiting path, in a fixed order.
+
+    repair (a bad call is fixed before anything waits), retry (backoff, then
+    the tools node runs every due call), escalate, planner; then the plan
+    executor while a replan runs; then the agent once every call of the turn
+    is answered. An aborted thread ends.
+    """
+    ledger = read_ledger(state)
+    if ledger.get("aborted"):
+        return "__end__"
     pending = _pending(state, messages_key)
-    if "repair" in pending:
-        return "repair"
-    if "scheduled" in pending:
-        return "retry"
+    for status, route in _ORDER:
+        if status in pending:
+            return route
+    plan = ledger.get("plan")
+    if plan is not None and plan.get("status") == "running":
+        return "executor"
     return "agent"
 
 
-def route_after_repair(
-    state: Any, messages_key: str = "messages"
-) -> Literal["repair", "tools", "agent"]:
-    """``repair`` again after a rejected repair with budget left, ``tools`` to run the
-    repaired (or other waiting) calls, else ``agent``."""
-    pending = _pending(state, messages_key)
-    if "repair" in pending:
-        return "repair"
-    if "scheduled" in pending:
-        return "tools"
-    return "agent"
+_ORDER: tuple[tuple[str, Next], ...] = (
+    ("repair", "repair"),
+    ("scheduled", "retry"),
+    ("escalate", "escalate"),
+    ("replan", "planner"),  # last: a plan starts a new AIMessage, so the turn must be settled
+)

@@ -21,6 +21,7 @@ from typing_extensions import TypedDict
 
 __all__ = [
     "CallRecord",
+    "PLAN_CALL_PREFIX",
     "RECENT_KEYS",
     "Ledger",
     "ResilienceLedger",
@@ -33,9 +34,12 @@ __all__ = [
     "read_messages",
 ]
 
-CallStatus = Literal["scheduled", "repair", "ok", "failed"]
-"""scheduled: waits for (re-)execution at `due`; repair: waits for reflection
-repair; ok / failed: answered with a ToolMessage."""
+CallStatus = Literal["scheduled", "repair", "replan", "escalate", "ok", "failed"]
+"""scheduled: waits for (re-)execution at `due`; repair / replan / escalate: waits
+for that recovery node; ok / failed: answered with a ToolMessage."""
+
+PLAN_CALL_PREFIX = "replan-"
+"""Tool-call ids of replan steps start with this: the executor issued them."""
 
 RECENT_KEYS = 8
 """How many recently issued call keys the ledger keeps (loop patterns)."""
@@ -81,6 +85,13 @@ class Ledger(TypedDict, total=False):
     """Issued calls per call key (retries of one call id do not count): loop guard."""
     recent: list[str]
     """The last `RECENT_KEYS` issued call keys, oldest first: loop patterns."""
+    replans: int
+    """Planner attempts in this thread (accepted or rejected), bounded by max_replans."""
+    plan: dict[str, Any] | None
+    """The current replan, as JSON: the plan, its status, finished steps and outputs.
+    Written whole (last writer wins): only the planner and executor write it."""
+    aborted: bool
+    """A human aborted the task; once true it stays true."""
 
 
 def empty_ledger() -> Ledger:
@@ -93,6 +104,9 @@ def empty_ledger() -> Ledger:
         "events": {},
         "seen": {},
         "recent": [],
+        "replans": 0,
+        "plan": None,
+        "aborted": False,
     }
 
 
@@ -112,6 +126,9 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
         merged["events"] = dict(current.get("events") or {})
         merged["seen"] = dict(current.get("seen") or {})
         merged["recent"] = list(current.get("recent") or [])
+        merged["replans"] = int(current.get("replans") or 0)
+        merged["plan"] = current.get("plan")
+        merged["aborted"] = bool(current.get("aborted"))
     if not update:
         return merged
     calls = merged["calls"]
@@ -121,6 +138,10 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
             calls[call_id] = record
     merged["tool_attempts"] = merged["tool_attempts"] + int(update.get("tool_attempts") or 0)
     merged["llm_calls"] = merged["llm_calls"] + int(update.get("llm_calls") or 0)
+    merged["replans"] = merged["replans"] + int(update.get("replans") or 0)
+    if "plan" in update:
+        merged["plan"] = update["plan"]
+    merged["aborted"] = merged["aborted"] or bool(update.get("aborted"))
     started = [t for t in (merged.get("started_at"), update.get("started_at")) if t is not None]
     merged["started_at"] = min(started) if started else None
     _add_counts(merged["events"], update.get("events"))

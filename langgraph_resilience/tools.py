@@ -37,8 +37,9 @@ from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact
-from langgraph_resilience.router import decide, decide_repair
+from langgraph_resilience.router import Decision, decide, decide_repair, unrecovered
 from langgraph_resilience.state import (
+    PLAN_CALL_PREFIX,
     CallRecord,
     Ledger,
     last_ai_message,
@@ -160,6 +161,8 @@ class GuardedToolNode:
         rng: random.Random | None = None,
         messages_key: str = "messages",
         can_repair: bool = False,
+        can_replan: bool = False,
+        can_escalate: bool = False,
     ) -> None:
         self.policy = policy
         self.clock = clock
@@ -168,6 +171,8 @@ class GuardedToolNode:
         self.rng = rng or random.Random()
         self.messages_key = messages_key
         self.can_repair = can_repair
+        self.can_replan = can_replan
+        self.can_escalate = can_escalate
         self._tool_node = ToolNode(
             list(tools),
             handle_tool_errors=False,
@@ -393,8 +398,8 @@ class GuardedToolNode:
             self._settle_preflight(step, item, calls)
 
         statuses = {r["status"] for r in step.calls.values()}
-        route = "repair" if "repair" in statuses else "retry" if "scheduled" in statuses else None
-        emit(Event("route", to=route or "agent"))
+        waiting = [s for s in ("repair", "scheduled", "replan", "escalate") if s in statuses]
+        emit(Event("route", to=waiting[0].replace("scheduled", "retry") if waiting else "done"))
         delta: Ledger = {
             "calls": step.calls,
             "tool_attempts": len(batch.runnable),
@@ -451,8 +456,27 @@ class GuardedToolNode:
             llm_calls=int(step.ledger.get("llm_calls") or 0),
             can_repair=self.can_repair,
         )
+        decision = unrecovered(
+            error,
+            decision,
+            can_replan=self.can_replan,
+            can_escalate=self.can_escalate,
+            in_plan=call_id.startswith(PLAN_CALL_PREFIX),
+        )
         step.calls[call_id] = record
-        if decision.route == "retry":
+        if decision.route in ("replan", "escalate"):
+            step.count(f"{decision.route}_needed")
+            emit(
+                Event(
+                    f"{decision.route}_needed",
+                    tool=call["name"],
+                    call_id=call_id,
+                    failure_class=error.failure_class.value,
+                    exhausted=decision.exhausted,
+                )
+            )
+            record["status"] = decision.route
+        elif decision.route == "retry":
             step.count("retry_scheduled")
             emit(
                 Event(
@@ -511,18 +535,46 @@ class GuardedToolNode:
                 }
                 return
             item.exhausted = decision.exhausted
-        kind = "loop_detected" if item.exhausted == "loop" else "gave_up"
-        step.count(kind)
-        extra = {"call_key": item.key} if item.exhausted == "loop" else {}
+        onward = unrecovered(
+            error,
+            Decision("agent", exhausted=item.exhausted),
+            can_replan=self.can_replan,
+            can_escalate=self.can_escalate,
+            in_plan=(error.call_id or "").startswith(PLAN_CALL_PREFIX),
+        )
+        if item.exhausted == "loop":
+            step.count("loop_detected")
+            emit(
+                Event(
+                    "loop_detected",
+                    tool=error.tool,
+                    call_id=error.call_id,
+                    call_key=item.key,
+                    count=error.context.get("count"),
+                )
+            )
+        if onward.route in ("replan", "escalate") and error.call_id:
+            step.count(f"{onward.route}_needed")
+            previous = calls.get(error.call_id)
+            step.calls[error.call_id] = {
+                **(previous or {}),  # type: ignore[typeddict-item]
+                "tool": error.tool or "",
+                "key": item.key or (previous["key"] if previous else ""),
+                "attempts": previous["attempts"] if previous else 0,
+                "status": onward.route,
+                "due": None,
+                "error": error.model_dump(mode="json"),
+            }
+            return
+        step.count("gave_up")
         emit(
             Event(
-                kind,
+                "gave_up",
                 tool=error.tool,
                 call_id=error.call_id,
                 attempt=error.attempt,
                 failure_class=error.failure_class.value,
                 exhausted=item.exhausted,
-                **extra,
             )
         )
         if error.call_id:

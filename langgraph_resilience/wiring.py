@@ -1,12 +1,16 @@
 """`add_resilience`: add the recovery nodes and routers to a user's `StateGraph`.
 
 The user keeps their graph, their state and their agent node; we add the tools
-node, the retry node and the conditional edges between them, the way
-`ToolNode` + `tools_condition` are wired by hand in LangGraph's own guides::
+node and one node per enabled recovery path, plus the conditional edges, the
+way `ToolNode` + `tools_condition` are wired by hand in LangGraph's guides::
 
-    agent --tool calls--> tools --ok/envelope--> agent
-                            ^  \\--transient, budget left--> retry
-                            \\_____________________________/
+    agent --tool calls--> tools --all answered--> agent
+                            |  ^
+        (next_step) retry --+  +-- repair / escalate (human) / executor
+                    planner --> executor --plan layer--> tools
+
+Every recovery node ends with the same router, `next_step`, so the order in
+which waiting calls are served is defined in one place.
 """
 
 from __future__ import annotations
@@ -25,18 +29,27 @@ from langgraph.graph import END, StateGraph
 from langgraph_resilience.classify import DEFAULT_RULES, Rule
 from langgraph_resilience.clock import Clock, SystemClock
 from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.escalate import EscalateNode
+from langgraph_resilience.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.repair import RepairNode
 from langgraph_resilience.retry import RetryNode
-from langgraph_resilience.router import route_after_agent, route_after_repair, route_after_tools
+from langgraph_resilience.router import next_step, route_after_agent
 from langgraph_resilience.state import merge_ledger
 from langgraph_resilience.tools import GuardedToolNode
 
 __all__ = ["DEFAULT_NODE_NAMES", "add_resilience"]
 
-DEFAULT_NODE_NAMES: Mapping[str, str] = {"tools": "tools", "retry": "retry", "repair": "repair"}
-"""The nodes `add_resilience` adds, by role; rename them with ``node_names=``."""
+DEFAULT_NODE_NAMES: Mapping[str, str] = {
+    "tools": "tools",
+    "retry": "retry",
+    "repair": "repair",
+    "planner": "planner",
+    "executor": "executor",
+    "escalate": "escalate",
+}
+"""The nodes `add_resilience` may add, by role; rename them with ``node_names=``."""
 
 
 def _check_state(builder: StateGraph[Any, Any, Any, Any], messages_key: str) -> None:
@@ -55,6 +68,39 @@ def _check_state(builder: StateGraph[Any, Any, Any, Any], messages_key: str) -> 
         )
 
 
+def _check_names(
+    builder: StateGraph[Any, Any, Any, Any],
+    agent: str,
+    node_names: Mapping[str, str] | None,
+    roles: Sequence[str],
+) -> dict[str, str]:
+    names = {**DEFAULT_NODE_NAMES, **(node_names or {})}
+    unknown_roles = set(names) - set(DEFAULT_NODE_NAMES)
+    if unknown_roles:
+        raise ConfigurationError(
+            f"node_names has unknown roles {sorted(unknown_roles)}; "
+            f"valid roles are {sorted(DEFAULT_NODE_NAMES)}"
+        )
+    if agent not in builder.nodes:
+        raise ConfigurationError(
+            f"the graph has no node {agent!r}; add your agent node before calling "
+            f"add_resilience (nodes: {sorted(builder.nodes)})"
+        )
+    for role in roles:
+        name = names[role]
+        if name in builder.nodes or name == agent:
+            raise ConfigurationError(
+                f"node name {name!r} (for {role}) is already taken; pass "
+                f"node_names={{{role!r}: 'another_name'}}"
+            )
+    if any(source == agent for source, _ in builder.edges) or builder.branches.get(agent):
+        raise ConfigurationError(
+            f"node {agent!r} already has outgoing edges; add_resilience adds them itself "
+            "(tool calls -> tools, otherwise END): remove yours"
+        )
+    return names
+
+
 def add_resilience(
     builder: StateGraph[Any, Any, Any, Any],
     *,
@@ -68,8 +114,10 @@ def add_resilience(
     messages_key: str = "messages",
     node_names: Mapping[str, str] | None = None,
     repair_model: BaseChatModel | None = None,
+    planner_model: BaseChatModel | None = None,
+    escalate: bool = False,
 ) -> StateGraph[Any, Any, Any, Any]:
-    """Wire guarded tool execution and classified retry into `builder`; return it.
+    """Wire guarded tool execution and the enabled recovery paths into `builder`.
 
     Args:
         builder: the user's `StateGraph`, whose state includes `ResilienceState`.
@@ -85,37 +133,23 @@ def add_resilience(
         node_names: rename the added nodes, e.g. ``{"tools": "act"}``.
         repair_model: a tool-calling chat model for reflection repair of SEMANTIC
             failures (adds the ``repair`` node); without it they go to the agent.
+        planner_model: a chat model for verified replanning of STRUCTURAL
+            failures, loops and exhausted budgets (adds ``planner``/``executor``).
+        escalate: interrupt for a human on POLICY/UNKNOWN failures and exhausted
+            replans (adds ``escalate``); needs a checkpointer, as every interrupt.
+
+    Returns the same builder, for chaining.
 
     >>> add_resilience(builder, agent="agent", tools=[search])  # doctest: +SKIP
     """
     if not isinstance(builder, StateGraph):
         raise ConfigurationError(f"builder must be a langgraph StateGraph, got {type(builder)!r}")
-    names = {**DEFAULT_NODE_NAMES, **(node_names or {})}
-    unknown_roles = set(names) - set(DEFAULT_NODE_NAMES)
-    if unknown_roles:
-        raise ConfigurationError(
-            f"node_names has unknown roles {sorted(unknown_roles)}; "
-            f"valid roles are {sorted(DEFAULT_NODE_NAMES)}"
-        )
     _check_state(builder, messages_key)
-    if agent not in builder.nodes:
-        raise ConfigurationError(
-            f"the graph has no node {agent!r}; add your agent node before calling "
-            f"add_resilience (nodes: {sorted(builder.nodes)})"
-        )
-    roles = ["tools", "retry"] + (["repair"] if repair_model is not None else [])
-    for role in roles:
-        name = names[role]
-        if name in builder.nodes or name == agent:
-            raise ConfigurationError(
-                f"node name {name!r} (for {role}) is already taken; pass "
-                f"node_names={{{role!r}: 'another_name'}}"
-            )
-    if any(source == agent for source, _ in builder.edges) or builder.branches.get(agent):
-        raise ConfigurationError(
-            f"node {agent!r} already has outgoing edges; add_resilience adds them itself "
-            "(tool calls -> tools, otherwise END): remove yours"
-        )
+    roles = ["tools", "retry"]
+    roles += ["repair"] if repair_model is not None else []
+    roles += ["planner", "executor"] if planner_model is not None else []
+    roles += ["escalate"] if escalate else []
+    names = _check_names(builder, agent, node_names, roles)
     if not tools:
         raise ConfigurationError("tools is empty; pass the tools your agent may call")
     policy = policy or ResiliencePolicy()
@@ -129,6 +163,8 @@ def add_resilience(
         rng=rng,
         messages_key=messages_key,
         can_repair=repair_model is not None,
+        can_replan=planner_model is not None,
+        can_escalate=escalate,
     )
     unknown_profiles = set(profiles or {}) - set(tool_node.tools_by_name)
     if unknown_profiles:
@@ -136,42 +172,55 @@ def add_resilience(
             f"profiles name unknown tools {sorted(unknown_profiles)}; "
             f"known tools: {sorted(tool_node.tools_by_name)}"
         )
-    retry_node = RetryNode(clock=clock, messages_key=messages_key)
 
-    builder.add_node(
-        names["tools"], RunnableLambda(tool_node.run, afunc=tool_node.arun, name=names["tools"])
-    )
-    builder.add_node(
-        names["retry"], RunnableLambda(retry_node.run, afunc=retry_node.arun, name=names["retry"])
-    )
+    def add(role: str, node: Any) -> None:
+        builder.add_node(names[role], RunnableLambda(node.run, afunc=node.arun, name=names[role]))
+
+    add("tools", tool_node)
+    add("retry", RetryNode(clock=clock, messages_key=messages_key))
+    if repair_model is not None:
+        add(
+            "repair",
+            RepairNode(
+                model=repair_model,
+                tools_by_name=tool_node.tools_by_name,
+                policy=policy,
+                clock=clock,
+                messages_key=messages_key,
+            ),
+        )
+    if planner_model is not None:
+        add(
+            "planner",
+            PlannerNode(
+                model=planner_model,
+                tools_by_name=tool_node.tools_by_name,
+                policy=policy,
+                can_escalate=escalate,
+                messages_key=messages_key,
+            ),
+        )
+        add("executor", PlanExecutorNode(messages_key=messages_key))
+    if escalate:
+        add("escalate", EscalateNode(policy=policy, clock=clock, messages_key=messages_key))
+
+    onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
+    onward.update({role: names[role] for role in roles if role != "tools"})
+    router = functools.partial(next_step, messages_key=messages_key)
     builder.add_conditional_edges(
         agent,
         functools.partial(route_after_agent, messages_key=messages_key),
         {"tools": names["tools"], "__end__": END},
     )
-    after_tools: dict[Hashable, str] = {"retry": names["retry"], "agent": agent}
-    if repair_model is not None:
-        repair_node = RepairNode(
-            model=repair_model,
-            tools_by_name=tool_node.tools_by_name,
-            policy=policy,
-            clock=clock,
-            messages_key=messages_key,
-        )
-        builder.add_node(
-            names["repair"],
-            RunnableLambda(repair_node.run, afunc=repair_node.arun, name=names["repair"]),
-        )
-        builder.add_conditional_edges(
-            names["repair"],
-            functools.partial(route_after_repair, messages_key=messages_key),
-            {"repair": names["repair"], "tools": names["tools"], "agent": agent},
-        )
-        after_tools["repair"] = names["repair"]
-    builder.add_conditional_edges(
-        names["tools"],
-        functools.partial(route_after_tools, messages_key=messages_key),
-        after_tools,
-    )
-    builder.add_edge(names["retry"], names["tools"])
+    for role in roles:
+        if role == "retry":
+            builder.add_edge(names["retry"], names["tools"])
+        elif role == "executor":
+            builder.add_conditional_edges(
+                names["executor"],
+                functools.partial(route_after_executor, messages_key=messages_key),
+                {**onward, "tools": names["tools"]},
+            )
+        else:
+            builder.add_conditional_edges(names[role], router, onward)
     return builder

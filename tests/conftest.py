@@ -84,6 +84,8 @@ def build_graph(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     seed: int = 7,
     repair_model: ScriptedChatModel | None = None,
+    planner_model: ScriptedChatModel | None = None,
+    escalate: bool = False,
     **compile_kwargs: Any,
 ) -> Harness:
     """Build the graph exactly as the README tells a user to."""
@@ -109,6 +111,8 @@ def build_graph(
         clock=clock,
         rng=random.Random(seed),
         repair_model=repair_model,
+        planner_model=planner_model,
+        escalate=escalate,
     )
     app = builder.compile(checkpointer=checkpointer or InMemorySaver(), **compile_kwargs)
     return Harness(app=app, model=model, clock=clock)
