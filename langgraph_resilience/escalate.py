@@ -25,7 +25,6 @@ from langgraph.types import interrupt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from langgraph_resilience.canonical import call_key
-from langgraph_resilience.clock import Clock
 from langgraph_resilience.errors import ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
@@ -97,11 +96,8 @@ def _answered(error: ToolError, resolution: Resolution, *, by: str) -> ToolMessa
 class EscalateNode:
     """Asks a human about each call of the turn waiting for escalation, then applies it."""
 
-    def __init__(
-        self, *, policy: ResiliencePolicy, clock: Clock, messages_key: str = "messages"
-    ) -> None:
+    def __init__(self, *, policy: ResiliencePolicy, messages_key: str = "messages") -> None:
         self.policy = policy
-        self.clock = clock
         self.messages_key = messages_key
 
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
@@ -150,7 +146,7 @@ class EscalateNode:
                         record["tool"], resolution.args, noise_fields=self.policy.noise_fields
                     )
                 updated["status"] = "scheduled"
-                updated["due"] = self.clock.time()
+                updated["due"] = None  # run at once: next_step routes straight to tools
             else:
                 updated["status"] = "failed"
                 messages.append(_answered(error, resolution, by="human"))

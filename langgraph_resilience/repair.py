@@ -36,7 +36,6 @@ from langgraph.errors import GraphBubbleUp
 
 from langgraph_resilience.canonical import call_key
 from langgraph_resilience.classify import classify
-from langgraph_resilience.clock import Clock
 from langgraph_resilience.errors import ExhaustionReason, ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
@@ -111,13 +110,11 @@ class RepairNode:
         model: BaseChatModel,
         tools_by_name: Mapping[str, BaseTool],
         policy: ResiliencePolicy,
-        clock: Clock,
         messages_key: str = "messages",
     ) -> None:
         self.model = model
         self.tools_by_name = dict(tools_by_name)
         self.policy = policy
-        self.clock = clock
         self.messages_key = messages_key
 
     def _requests(self, state: Any) -> tuple[list[_Request], int]:
@@ -183,7 +180,6 @@ class RepairNode:
     ) -> dict[str, Any]:
         """Turn each reply into the call's next state: run the new arguments, repair
         again, or give up with the envelope."""
-        now = self.clock.time()
         calls: dict[str, CallRecord] = {}
         messages: list[AnyMessage] = []
         seen: dict[str, int] = {}
@@ -234,7 +230,7 @@ class RepairNode:
                     request.tool.name, new_args, noise_fields=self.policy.noise_fields
                 )
                 record["status"] = "scheduled"
-                record["due"] = now
+                record["due"] = None  # run at once: next_step routes straight to tools
             else:
                 exhausted = self._exhausted(record, llm_calls, state)
                 if exhausted is None:

@@ -60,7 +60,8 @@ def decide_repair(
 
     A side effect is repaired only when its arguments were rejected before it ran.
     """
-    if not can_repair:
+    if not can_repair or error.context.get("stage") == "output":
+        # An output that breaks its contract is the tool's fault: new arguments won't fix it.
         return Decision("agent")
     if profile is not None and profile.side_effect and error.context.get("stage") != "arguments":
         return Decision("agent", exhausted="side_effect")
@@ -177,14 +178,14 @@ def route_after_agent(state: Any, messages_key: str = "messages") -> Literal["to
     return "tools" if ai.tool_calls or ai.invalid_tool_calls else "__end__"
 
 
-Next = Literal["repair", "retry", "planner", "escalate", "executor", "agent", "__end__"]
+Next = Literal["repair", "tools", "retry", "planner", "escalate", "executor", "agent", "__end__"]
 """Where the graph goes once a recovery node has settled the calls of a turn."""
 
 
 def _pending(state: Any, messages_key: str) -> set[str]:
     calls = read_ledger(state).get("calls") or {}
     return {
-        record["status"]
+        "ready" if record["status"] == "scheduled" and record["due"] is None else record["status"]
         for call_id in current_tool_call_ids(state, messages_key)
         if (record := calls.get(call_id)) is not None
     }
@@ -193,7 +194,8 @@ def _pending(state: Any, messages_key: str) -> set[str]:
 def next_step(state: Any, messages_key: str = "messages") -> Next:
     """The router after every recovery node: the first waiting path, in a fixed order.
 
-    repair (a bad call is fixed before anything waits), retry (backoff, then
+    repair (a bad call is fixed before anything waits), tools (a repaired or
+    approved call, due at once), retry (backoff, then
     the tools node runs every due call), escalate, planner; then the plan
     executor while a replan runs; then the agent once every call of the turn
     is answered. An aborted thread ends.
@@ -213,6 +215,7 @@ def next_step(state: Any, messages_key: str = "messages") -> Next:
 
 _ORDER: tuple[tuple[str, Next], ...] = (
     ("repair", "repair"),
+    ("ready", "tools"),  # repaired or human-approved: runs now, no backoff step
     ("scheduled", "retry"),
     ("escalate", "escalate"),
     ("replan", "planner"),  # last: a plan starts a new AIMessage, so the turn must be settled

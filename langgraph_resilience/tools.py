@@ -37,12 +37,14 @@ from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact
-from langgraph_resilience.router import Decision, decide, decide_repair, unrecovered
+from langgraph_resilience.router import Decision, decide, decide_repair, next_step, unrecovered
 from langgraph_resilience.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
     Ledger,
+    current_tool_call_ids,
     last_ai_message,
+    merge_ledger,
     read_ledger,
     read_messages,
 )
@@ -397,9 +399,7 @@ class GuardedToolNode:
         for item in batch.preflight:
             self._settle_preflight(step, item, calls)
 
-        statuses = {r["status"] for r in step.calls.values()}
-        waiting = [s for s in ("repair", "scheduled", "replan", "escalate") if s in statuses]
-        emit(Event("route", to=waiting[0].replace("scheduled", "retry") if waiting else "done"))
+        self._end_waits_past_budget(step, state, batch.now)
         delta: Ledger = {
             "calls": step.calls,
             "tool_attempts": len(batch.runnable),
@@ -409,6 +409,11 @@ class GuardedToolNode:
         }
         if ledger.get("started_at") is None and batch.runnable:
             delta["started_at"] = batch.now
+        after = {
+            self.messages_key: read_messages(state, self.messages_key),
+            "resilience": merge_ledger(ledger, delta),
+        }
+        emit(Event("route", to=next_step(after, self.messages_key)))
         update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}
         if commands:
             return [*commands, update]
@@ -456,6 +461,20 @@ class GuardedToolNode:
             llm_calls=int(step.ledger.get("llm_calls") or 0),
             can_repair=self.can_repair,
         )
+        self._carry_out(step, call_id, record, error, decision, now=now)
+
+    def _carry_out(
+        self,
+        step: _Step,
+        call_id: str,
+        record: CallRecord,
+        error: ToolError,
+        decision: Decision,
+        *,
+        now: float,
+    ) -> None:
+        """Apply a decision to a call's record: wait, repair, replan, escalate or answer."""
+        tool = record["tool"]
         decision = unrecovered(
             error,
             decision,
@@ -469,21 +488,26 @@ class GuardedToolNode:
             emit(
                 Event(
                     f"{decision.route}_needed",
-                    tool=call["name"],
+                    tool=tool,
                     call_id=call_id,
                     failure_class=error.failure_class.value,
                     exhausted=decision.exhausted,
                 )
             )
             record["status"] = decision.route
+            if decision.exhausted is not None:
+                context = {**error.context, "exhausted": decision.exhausted}
+                record["error"] = error.model_copy(update={"context": context}).model_dump(
+                    mode="json"
+                )
         elif decision.route == "retry":
             step.count("retry_scheduled")
             emit(
                 Event(
                     "retry_scheduled",
-                    tool=call["name"],
+                    tool=tool,
                     call_id=call_id,
-                    attempt=attempts,
+                    attempt=record["attempts"],
                     delay=round(decision.delay, 6),
                 )
             )
@@ -497,15 +521,30 @@ class GuardedToolNode:
             emit(
                 Event(
                     "gave_up",
-                    tool=call["name"],
+                    tool=tool,
                     call_id=call_id,
-                    attempt=attempts,
+                    attempt=record["attempts"],
                     failure_class=error.failure_class.value,
                     exhausted=decision.exhausted,
                 )
             )
             record["status"] = "failed"
+            record["due"] = None
             step.messages.append(error_message(error, exhausted=decision.exhausted))
+
+    def _end_waits_past_budget(self, step: _Step, state: Any, now: float) -> None:
+        """Once the thread budget is spent, calls still waiting for a retry would only
+        wait to be refused: settle them now instead of sleeping first."""
+        if step.thread_attempts < self.policy.max_tool_attempts:
+            return
+        calls = step.ledger.get("calls") or {}
+        for call_id in current_tool_call_ids(state, self.messages_key):
+            record = step.calls.get(call_id) or calls.get(call_id)
+            if record is None or record["status"] != "scheduled" or record["error"] is None:
+                continue
+            error = ToolError.model_validate(record["error"])
+            decision = Decision("agent", exhausted="max_tool_attempts")
+            self._carry_out(step, call_id, dict(record), error, decision, now=now)  # type: ignore[arg-type]
 
     def _settle_preflight(
         self, step: _Step, item: _Preflight, calls: Mapping[str, CallRecord]

@@ -185,7 +185,6 @@ def add_resilience(
                 model=repair_model,
                 tools_by_name=tool_node.tools_by_name,
                 policy=policy,
-                clock=clock,
                 messages_key=messages_key,
             ),
         )
@@ -202,10 +201,10 @@ def add_resilience(
         )
         add("executor", PlanExecutorNode(messages_key=messages_key))
     if escalate:
-        add("escalate", EscalateNode(policy=policy, clock=clock, messages_key=messages_key))
+        add("escalate", EscalateNode(policy=policy, messages_key=messages_key))
 
     onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
-    onward.update({role: names[role] for role in roles if role != "tools"})
+    onward.update({role: names[role] for role in roles})
     router = functools.partial(next_step, messages_key=messages_key)
     builder.add_conditional_edges(
         agent,
@@ -219,7 +218,7 @@ def add_resilience(
             builder.add_conditional_edges(
                 names["executor"],
                 functools.partial(route_after_executor, messages_key=messages_key),
-                {**onward, "tools": names["tools"]},
+                onward,
             )
         else:
             builder.add_conditional_edges(names[role], router, onward)

@@ -214,3 +214,36 @@ def test_events_stream_in_order(runner: Runner) -> None:
     assert kinds == ["attempt", "retry_scheduled", "route", "backoff", "attempt", "route"]
     assert chunks[0]["failure_class"] == "transient"
     assert chunks[2]["to"] == "retry"
+
+
+def test_no_backoff_is_waited_once_the_thread_budget_is_spent(runner: Runner) -> None:
+    """When the last budgeted attempts fail, waiting retries are settled at once, not slept on."""
+    a = FaultyTool(search, then=Fault.status(503))
+    b = FaultyTool(weather, then=Fault.status(503))
+    h = build_graph(
+        [a, b],
+        [tool_calls(("search", {"query": "x"}), ("weather", {"city": "Oslo"})), text("ok")],
+        policy=ResiliencePolicy(max_attempts=2, max_tool_attempts=2),
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+
+    assert (a.calls, b.calls) == (1, 1)
+    assert h.clock.sleeps == []
+    reasons = [json.loads(str(m.content))["context"]["exhausted"] for m in tool_messages(out)]
+    assert reasons == ["max_tool_attempts", "max_tool_attempts"]
+
+
+def test_route_event_accounts_for_siblings_still_waiting(runner: Runner) -> None:
+    """A step that settles one call while a sibling waits reports the route to retry."""
+    slow = FaultyTool(search, [Fault.status(429, retry_after="5")])
+    quick = FaultyTool(weather, [Fault.status(503)])
+    h = build_graph(
+        [slow, quick],
+        [tool_calls(("search", {"query": "x"}), ("weather", {"city": "Oslo"})), text("ok")],
+    )
+
+    chunks = runner.stream(h.app, {"messages": [("user", "x")]}, h.config(), stream_mode="custom")
+
+    routes = [c["to"] for c in chunks if c[EVENT_KEY] == "route"]
+    assert routes == ["retry", "retry", "agent"]

@@ -257,3 +257,20 @@ def test_malformed_json_arguments_are_repaired(runner: Runner) -> None:
         "found lamps",
     )
     assert spy.executions == 1
+
+
+def test_output_contract_failures_are_not_sent_to_argument_repair(runner: Runner) -> None:
+    """A bad result is the tool's fault: the repair model is not asked, the tool runs once."""
+    spy = FaultyTool(create_order)
+    repairer = repair_with({"item": "lamp"}, name="create_order")
+    h = build_graph(
+        [spy],
+        [tool_calls(("create_order", {"item": "lamp"})), text("ok")],
+        profiles={"create_order": ToolProfile(output_schema=Order)},
+        repair_model=repairer,
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+
+    assert (spy.executions, repairer.calls) == (1, 0)
+    assert json.loads(str(tool_messages(out)[0].content))["context"]["stage"] == "output"

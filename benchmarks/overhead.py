@@ -1,0 +1,1127 @@
+"""Overhead of langgraph-resilience on the clean (no-failure) path, against plain LangGraph.
+
+What it measures, in one run:
+
+1. **Agent turn.** One clean turn of a tool-calling agent: the model asks for two
+   tools in parallel, both succeed, the model answers. Graph A is the user's
+   graph wired with ``add_resilience(builder, agent="agent", tools=[t1, t2])``
+   on ``class State(MessagesState, ResilienceState)``; graph B is the same graph
+   wired by hand with LangGraph's ``ToolNode([t1, t2])`` + ``tools_condition`` on
+   ``MessagesState``. Both are driven by ``ScriptedChatModel`` (one per graph,
+   scripted for every turn of the run) and trivial ``@tool`` functions, so the
+   framework is all that is measured. Wall time per ``graph.invoke``
+   (``time.perf_counter``), a fresh ``thread_id`` per turn, A and B interleaved
+   in ABBA order after a warm-up (cancels drift and first-mover effects). Done
+   with ``InMemorySaver`` and with ``PostgresSaver`` (psycopg connection,
+   ``autocommit=True, prepare_threshold=0, row_factory=dict_row``, ``.setup()``)
+   on a throw-away database ``lgr_bench_<random>`` that the script creates and
+   drops. Reported: median per turn, the ratio A/B of the medians with a
+   bootstrap 95% interval, the extra microseconds per tool call, the ratio of
+   process CPU time as a cross-check, and the targets: <= 1.15x with
+   InMemorySaver, <= 1.10x with PostgresSaver.
+
+2. **Per-call work** (no graph, no I/O): what the package does per tool call
+   besides running the tool, timed with ``timeit`` (thread CPU time, best of
+   repeats) on the package's own functions, on a prepared thread holding 20
+   finished calls where the agent issues 2 new ones:
+   ``GuardedToolNode._plan`` (call selection, budget checks, loop guard,
+   coercion) + ``_finish`` (call keys, ledger records, events, the delta) +
+   ``merge_ledger`` = the decision work, target <= 10 us per call; plus
+   ``_input`` (message copy) and the two routers, and for attribution
+   ``call_key``, the record build, ``emit``, ``merge_ledger`` of a one-call
+   delta into 20 and 200 calls. For reference, tenacity's cost per successful
+   call when tenacity is importable (it is never installed for this).
+
+Run it from the repository root::
+
+    python benchmarks/overhead.py                 # full run (~1-3 min)
+    python benchmarks/overhead.py --quick         # smoke run (< ~30 s)
+    python benchmarks/overhead.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
+    python benchmarks/overhead.py --json overhead.json
+    python benchmarks/overhead.py --quick --profile   # + where A's extra time goes
+
+Without ``--dsn`` the default server (``postgresql://postgres@127.0.0.1:5432/postgres``)
+is tried and the PostgresSaver part is skipped, with the reason, if it is
+unreachable; with an explicit ``--dsn`` an unreachable server is an error.
+The DSN must allow ``CREATE DATABASE``. The exit status is 0 whether or not
+the targets are met (the tables say which); it is non-zero only on errors.
+Private helpers of the package that moved or vanished are reported as skipped
+rows, never as a crash. See benchmarks/README.md for how to read the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import cProfile
+import dataclasses
+import importlib
+import importlib.metadata
+import inspect
+import json
+import logging
+import os
+import platform
+import pstats
+import random
+import secrets
+import statistics
+import sys
+import threading
+import time
+import timeit
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt import tool_node as tool_node_module
+from psycopg import conninfo, sql
+from psycopg.rows import dict_row
+
+from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
+from langgraph_resilience import tools as tools_module
+from langgraph_resilience.canonical import call_key
+from langgraph_resilience.clock import SystemClock
+from langgraph_resilience.events import Event, emit
+from langgraph_resilience.state import merge_ledger
+from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
+from langgraph_resilience.tools import GuardedToolNode
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+TARGETS = {"InMemorySaver": 1.15, "PostgresSaver": 1.10}
+MICRO_TARGET_US = 10.0
+PACKAGES = (
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-postgres",
+    "langgraph-prebuilt",
+    "langchain-core",
+    "pydantic",
+    "psycopg",
+    "langgraph-resilience",
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """How much work one run does."""
+
+    warmup_pairs: int
+    memory_pairs: int
+    postgres_pairs: int
+    micro_seconds: float
+    """Target CPU time of each timeit repeat."""
+    micro_repeats: int
+    profile_turns: int
+
+
+QUICK = Sizes(
+    warmup_pairs=15,
+    memory_pairs=200,
+    postgres_pairs=80,
+    micro_seconds=0.05,
+    micro_repeats=5,
+    profile_turns=150,
+)
+FULL = Sizes(
+    warmup_pairs=50,
+    memory_pairs=1500,
+    postgres_pairs=500,
+    micro_seconds=0.2,
+    micro_repeats=7,
+    profile_turns=600,
+)
+
+
+# ---------------------------------------------------------------- the two graphs
+
+
+@tool
+def t1(query: str) -> str:
+    """First fast tool: echoes its query."""
+    return f"t1:{query}"
+
+
+@tool
+def t2(query: str) -> str:
+    """Second fast tool: echoes its query."""
+    return f"t2:{query}"
+
+
+TOOLS = [t1, t2]
+
+
+class ResilientState(MessagesState, ResilienceState):
+    """Graph A's state: the user's messages plus the resilience ledger."""
+
+
+FIRST = tool_calls(("t1", {"query": "weather in Paris"}), ("t2", {"query": "time in Paris"}))
+FINAL = text("It is sunny and noon in Paris.")
+
+
+def _first(messages: list[Any]) -> AIMessage:
+    return FIRST
+
+
+def _final(messages: list[Any]) -> AIMessage:
+    return FINAL
+
+
+def scripted_model(turns: int) -> ScriptedChatModel:
+    """A model scripted for `turns` clean turns: two parallel tool calls, then an answer.
+
+    One long-lived model per graph, as in a real application. The entries are
+    functions returning the two messages (the model copies them and fills in
+    fresh tool-call ids), because a fresh model per turn would add ~1-3 ms of
+    `BaseChatModel._serialized` (a cached repr of the model) to every turn of
+    both graphs and dilute the ratio.
+    """
+    return ScriptedChatModel(responses=[_first, _final] * turns)
+
+
+def make_agent(turns: int) -> Callable[[MessagesState], dict[str, Any]]:
+    model = scripted_model(turns)
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    return agent
+
+
+def build_resilient(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
+    """Graph A: the user's graph + ``add_resilience``."""
+    builder = StateGraph(ResilientState)
+    builder.add_node("agent", make_agent(turns))
+    builder.add_edge(START, "agent")
+    add_resilience(builder, agent="agent", tools=TOOLS)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def build_plain(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
+    """Graph B: the same graph with LangGraph's ``ToolNode`` + ``tools_condition``."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", make_agent(turns))
+    builder.add_node("tools", ToolNode(TOOLS))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def invoke_turn(graph: Any, **kwargs: Any) -> tuple[float, float, dict[str, Any]]:
+    """Run one clean turn on a fresh thread: (wall seconds, process CPU seconds, result)."""
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    prompt = {"messages": [HumanMessage("What is the weather and the time in Paris?")]}
+    start, start_cpu = time.perf_counter(), time.process_time()
+    result = graph.invoke(prompt, config, **kwargs)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    messages = result["messages"]
+    if len(messages) != 5 or any(
+        isinstance(m, ToolMessage) and m.status != "success" for m in messages
+    ):
+        raise RuntimeError(f"the turn did not take the clean path: {messages!r}")
+    return elapsed, cpu, result
+
+
+def run_turn(graph: Any, **kwargs: Any) -> tuple[float, float]:
+    """One clean turn: (wall seconds, process CPU seconds)."""
+    elapsed, cpu, _ = invoke_turn(graph, **kwargs)
+    return elapsed, cpu
+
+
+def check_clean_ledger(graph: Any) -> None:
+    """Fail loudly if graph A's turn did anything but two first-attempt successes."""
+    ledger = invoke_turn(graph)[2].get("resilience") or {}
+    statuses = sorted((r["status"], r["attempts"]) for r in (ledger.get("calls") or {}).values())
+    if statuses != [("ok", 1), ("ok", 1)] or ledger.get("tool_attempts") != 2:
+        raise RuntimeError(f"graph A did not record a clean turn: {ledger!r}")
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def bootstrap_ratio(
+    a: list[float], b: list[float], *, resamples: int = 1000
+) -> tuple[float, float]:
+    """95% interval of median(a)/median(b), resampling the interleaved pairs."""
+    rng = random.Random(0)
+    n = len(a)
+    ratios = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(
+            statistics.median([a[i] for i in picks]) / statistics.median([b[i] for i in picks])
+        )
+    return quantile(ratios, 0.025), quantile(ratios, 0.975)
+
+
+def summarize(
+    label: str, wall: dict[str, list[float]], cpu: dict[str, list[float]]
+) -> dict[str, Any]:
+    """Medians and ratios of interleaved A/B turns (wall time is the measure; the
+    process CPU time is a cross-check that other load on the machine does not
+    blur: for Postgres it leaves out the server's work)."""
+    a, b = wall["A"], wall["B"]
+    median_a, median_b = statistics.median(a), statistics.median(b)
+    cpu_a, cpu_b = statistics.median(cpu["A"]), statistics.median(cpu["B"])
+    low, high = bootstrap_ratio(a, b)
+    ratio = median_a / median_b
+    return {
+        "checkpointer": label,
+        "turns_each": len(a),
+        "resilient_ms": {
+            "median": median_a * 1e3,
+            "p25": quantile(a, 0.25) * 1e3,
+            "p75": quantile(a, 0.75) * 1e3,
+        },
+        "plain_ms": {
+            "median": median_b * 1e3,
+            "p25": quantile(b, 0.25) * 1e3,
+            "p75": quantile(b, 0.75) * 1e3,
+        },
+        "ratio": ratio,
+        "ratio_ci95": [low, high],
+        "median_pair_ratio": statistics.median(x / y for x, y in zip(a, b, strict=True)),
+        "extra_us_per_tool_call": (median_a - median_b) * 1e6 / 2,
+        "cpu_ms": {"resilient": cpu_a * 1e3, "plain": cpu_b * 1e3},
+        "cpu_ratio": cpu_a / cpu_b,
+        "target": TARGETS[label],
+        "meets_target": ratio <= TARGETS[label],
+    }
+
+
+# ------------------------------------------------------------------ part 1
+
+
+def bench_turns(
+    label: str, checkpointer: BaseCheckpointSaver[Any], *, pairs: int, warmup: int
+) -> dict[str, Any]:
+    """Interleave A and B turns (ABBA...) on one checkpointer; return the summary."""
+    turns = 1 + warmup + pairs
+    graphs = {"A": build_resilient(checkpointer, turns), "B": build_plain(checkpointer, turns)}
+    check_clean_ledger(graphs["A"])
+    for _ in range(warmup):
+        run_turn(graphs["A"])
+        run_turn(graphs["B"])
+    wall: dict[str, list[float]] = {"A": [], "B": []}
+    cpu: dict[str, list[float]] = {"A": [], "B": []}
+    for i in range(pairs):
+        for name in "AB" if i % 2 == 0 else "BA":
+            elapsed, used = run_turn(graphs[name])
+            wall[name].append(elapsed)
+            cpu[name].append(used)
+    summary = summarize(label, wall, cpu)
+    summary["verdict"] = _verdict(summary)
+    return summary
+
+
+@contextlib.contextmanager
+def postgres_saver(dsn: str) -> Iterator[BaseCheckpointSaver[Any]]:
+    """A `PostgresSaver` on a fresh database that is dropped afterwards."""
+    name = f"lgr_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        try:
+            bench_dsn = conninfo.make_conninfo(dsn, dbname=name)
+            with psycopg.connect(
+                bench_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
+            ) as conn:
+                saver = PostgresSaver(conn)
+                saver.setup()
+                yield saver
+        finally:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def probe_postgres(dsn: str) -> str | None:
+    """None if the server answers, else the reason it does not."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:  # any failure means "skip", with its reason
+        detail = " ".join(str(exc).split()) or "no detail"
+        return f"{type(exc).__name__}: {detail}"
+    return None
+
+
+# ------------------------------------------------------------------ part 2
+
+
+def prepared_state(previous_turns: int = 10) -> tuple[dict[str, Any], AIMessage, dict[str, Any]]:
+    """A thread with ``2 * previous_turns`` finished calls and a new AIMessage with 2 calls.
+
+    Returns (state, the new AIMessage, what ToolNode would have returned for it).
+    """
+    ledger: dict[str, Any] = {"calls": {}, "tool_attempts": 0, "started_at": None, "events": {}}
+    messages: list[Any] = [HumanMessage("What is the weather and the time in Paris?")]
+    now = time.time()
+    for turn in range(previous_turns):
+        ids = [f"old_{turn}_a", f"old_{turn}_b"]
+        messages.append(
+            AIMessage(
+                content="",
+                tool_calls=[
+                    {
+                        "name": "t1",
+                        "args": {"query": f"q{turn}"},
+                        "id": ids[0],
+                        "type": "tool_call",
+                    },
+                    {
+                        "name": "t2",
+                        "args": {"query": f"q{turn}"},
+                        "id": ids[1],
+                        "type": "tool_call",
+                    },
+                ],
+            )
+        )
+        for call_id, name in zip(ids, ("t1", "t2"), strict=True):
+            messages.append(ToolMessage(content=f"{name}:q{turn}", name=name, tool_call_id=call_id))
+            ledger["calls"][call_id] = {
+                "tool": name,
+                "key": call_key(name, {"query": f"q{turn}"}),
+                "attempts": 1,
+                "status": "ok",
+                "due": None,
+                "error": None,
+            }
+        messages.append(AIMessage(content=f"answer {turn}"))
+        messages.append(HumanMessage(f"follow-up {turn}"))
+    ledger["tool_attempts"] = 2 * previous_turns
+    ledger["started_at"] = now
+    ledger["events"] = {"attempt": 2 * previous_turns}
+    # Loop-guard bookkeeping, for package versions that keep it (others ignore it).
+    keys = [record["key"] for record in ledger["calls"].values()]
+    ledger["seen"] = dict.fromkeys(keys, 1)
+    ledger["recent"] = keys[-8:]
+    ai = AIMessage(
+        content="",
+        tool_calls=[
+            {
+                "name": "t1",
+                "args": {"query": "weather in Paris"},
+                "id": "new_a",
+                "type": "tool_call",
+            },
+            {"name": "t2", "args": {"query": "time in Paris"}, "id": "new_b", "type": "tool_call"},
+        ],
+    )
+    messages.append(ai)
+    output = {
+        "messages": [
+            ToolMessage(content="t1:weather in Paris", name="t1", tool_call_id="new_a"),
+            ToolMessage(content="t2:time in Paris", name="t2", tool_call_id="new_b"),
+        ]
+    }
+    return {"messages": messages, "resilience": ledger}, ai, output
+
+
+def time_us(func: Callable[[], Any], sizes: Sizes) -> dict[str, float]:
+    """Microseconds per call of `func`: best and median of `micro_repeats` timeit runs.
+
+    Timed in thread CPU time, so other processes on the machine do not count.
+    """
+    timer = timeit.Timer(func, timer=time.thread_time)
+    one = max(timer.timeit(number=10) / 10, 1e-9)
+    number = max(10, int(sizes.micro_seconds / one))
+    runs = [t / number * 1e6 for t in timer.repeat(repeat=sizes.micro_repeats, number=number)]
+    return {"best": min(runs), "median": statistics.median(runs), "number": number}
+
+
+def _optional(module: str, name: str) -> Any:
+    """An attribute of a package module, or None (the package is still growing)."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
+def _record_builder(call: Any, key: str) -> Callable[[], Any] | None:
+    """`tools._record` called with whichever of its known signatures binds, or None."""
+    record = getattr(tools_module, "_record", None)
+    if record is None:
+        return None
+    shapes: list[dict[str, Any]] = [
+        {"attempts": 1, "status": "ok", "due": None, "error": None},
+        {"attempts": 1, "previous": None, "coercions": None},
+    ]
+    signature = inspect.signature(record)
+    for kwargs in shapes:
+        try:
+            signature.bind(call, key, **kwargs)
+        except TypeError:
+            continue
+        return lambda: record(call, key, **kwargs)
+    return None
+
+
+DECISION, GLUE, INFO = "decision", "glue", "info"
+"""Micro rows: the decision work the target is about (``_plan`` + ``_finish`` +
+the reducer), the rest of the per-step package work (message copy, routers),
+and rows for attribution or reference only (already inside a step, or not ours)."""
+
+MicroItem = tuple[str, Callable[[], Any] | None, int, str]
+
+
+def _passthrough(state: Any, config: Any) -> Any:
+    return state
+
+
+async def _apassthrough(state: Any, config: Any) -> Any:
+    return state
+
+
+def micro_items() -> list[MicroItem]:
+    """What to time: (label, function or None if absent, tool calls per op, group).
+
+    Each op is timed on a thread holding 20 finished calls, in the super-step
+    where the agent issues 2 new calls; per call = per op / calls per op.
+    """
+    state, ai, output = prepared_state()
+    node = GuardedToolNode(TOOLS, policy=ResiliencePolicy(), clock=SystemClock())
+    batch = node._plan(state)
+    if batch is None or [c["id"] for c in batch.runnable] != ["new_a", "new_b"]:
+        raise RuntimeError(f"_plan did not select the 2 new calls: {batch!r}")
+    update = node._finish(state, batch, output)
+    delta = update["resilience"]
+    call = ai.tool_calls[0]
+    key = call_key(call["name"], call["args"])
+    one_call_delta = {
+        "calls": {"new_a": delta["calls"]["new_a"]},
+        "tool_attempts": 1,
+        "events": {"attempt": 1},
+    }
+    ledger = state["resilience"]
+    big_ledger = prepared_state(previous_turns=100)[0]["resilience"]
+    after_tools = {"messages": [*state["messages"], *output["messages"]], "resilience": ledger}
+    after_agent = {"messages": state["messages"]}
+    wrapper = RunnableLambda(_passthrough, afunc=_apassthrough, name="tools")
+    wrapper_config = {"configurable": {"thread_id": "bench"}}
+    wired = build_resilient(InMemorySaver(), 1).builder.nodes["tools"].runnable
+    wrapped = isinstance(wired, RunnableLambda)  # only timed while add_resilience does this
+    route_after_agent = _optional("langgraph_resilience.router", "route_after_agent")
+    # The router after the tools node: route_after_tools, renamed next_step later.
+    route_after_tools = _optional("langgraph_resilience.router", "route_after_tools") or _optional(
+        "langgraph_resilience.router", "next_step"
+    )
+    detect_loop = _optional("langgraph_resilience.loops", "detect_loop")
+    coerce_args = _optional("langgraph_resilience.validation", "coerce_args")
+    schema = t1.tool_call_schema
+    return [
+        (
+            "GuardedToolNode._plan: select calls, budget checks",
+            lambda: node._plan(state),
+            2,
+            DECISION,
+        ),
+        (
+            "GuardedToolNode._finish: records, events, delta",
+            lambda: node._finish(state, batch, output),
+            2,
+            DECISION,
+        ),
+        (
+            "merge_ledger: 20-call ledger + 2-call delta",
+            lambda: merge_ledger(ledger, delta),
+            2,
+            DECISION,
+        ),
+        ("GuardedToolNode._input: copy the AIMessage", lambda: node._input(state, batch), 2, GLUE),
+        (
+            "RunnableLambda layer around the node (wiring.py)",
+            (lambda: wrapper.invoke(state, wrapper_config)) if wrapped else None,
+            2,
+            GLUE,
+        ),
+        (
+            "route_after_agent (replaces tools_condition)",
+            None if route_after_agent is None else lambda: route_after_agent(after_agent),
+            2,
+            GLUE,
+        ),
+        (
+            "route after tools (route_after_tools / next_step)",
+            None if route_after_tools is None else lambda: route_after_tools(after_tools),
+            2,
+            GLUE,
+        ),
+        ("call_key(name, args)", lambda: call_key(call["name"], call["args"]), 1, INFO),
+        ("ledger record build (tools._record)", _record_builder(call, key), 1, INFO),
+        ("emit(Event('attempt')), outside a graph", lambda: emit(Event("attempt")), 1, INFO),
+        (
+            "detect_loop (loops.py)",
+            None
+            if detect_loop is None
+            else lambda: detect_loop(
+                key, seen=ledger["seen"], recent=ledger["recent"], threshold=2
+            ),
+            1,
+            INFO,
+        ),
+        (
+            "coerce_args (validation.py)",
+            None if coerce_args is None else lambda: coerce_args(call["args"], schema),
+            1,
+            INFO,
+        ),
+        (
+            "merge_ledger: 20-call ledger + 1-call delta",
+            lambda: merge_ledger(ledger, one_call_delta),
+            1,
+            INFO,
+        ),
+        (
+            "merge_ledger: 200-call ledger + 1-call delta",
+            lambda: merge_ledger(big_ledger, one_call_delta),
+            1,
+            INFO,
+        ),
+        ("tools_condition (plain LangGraph)", lambda: tools_condition(after_agent), 2, INFO),
+    ]
+
+
+def bench_micro(sizes: Sizes) -> dict[str, Any]:
+    """Time the package's clean-path functions; per call = per op / calls per op."""
+    rows: list[dict[str, Any]] = []
+    totals = {DECISION: 0.0, GLUE: 0.0}
+    complete = all_complete = True
+    for name, func, per, group in micro_items():
+        skipped = None
+        if func is None:
+            skipped = "not in this version of the package"
+        else:
+            try:
+                timing = time_us(func, sizes)
+            except Exception as exc:  # the package's private API moved: report, keep going
+                skipped = f"{type(exc).__name__}: {exc}"
+        if skipped is not None:
+            rows.append({"name": name, "group": group, "skipped": skipped})
+            complete = complete and group != DECISION
+            all_complete = all_complete and group == INFO
+            continue
+        per_call = timing["best"] / per
+        if group in totals:
+            totals[group] += per_call
+        rows.append(
+            {
+                "name": name,
+                "group": group,
+                "us_per_op": timing["best"],
+                "us_per_op_median": timing["median"],
+                "calls_per_op": per,
+                "us_per_call": per_call,
+            }
+        )
+    decision = totals[DECISION]
+    return {
+        "rows": rows,
+        "decision_us_per_call": decision,
+        "all_us_per_call": decision + totals[GLUE],
+        "complete": complete,
+        "all_complete": all_complete,
+        "target_us": MICRO_TARGET_US,
+        "meets_target": complete and decision <= MICRO_TARGET_US,
+        "tenacity": bench_tenacity(sizes),
+    }
+
+
+def bench_tenacity(sizes: Sizes) -> dict[str, Any] | None:
+    """tenacity's cost per successful call, for reference; None when not importable."""
+    try:
+        import tenacity  # noqa: PLC0415 - optional: only timed when already installed
+    except ImportError:
+        return None
+
+    def work(x: str) -> str:
+        return x
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(3),
+        wait=tenacity.wait_random_exponential(multiplier=0.5, max=30),
+        reraise=True,
+    )
+    wrapped = tenacity.retry(
+        stop=tenacity.stop_after_attempt(3),
+        wait=tenacity.wait_random_exponential(multiplier=0.5, max=30),
+        reraise=True,
+    )(work)
+    bare = time_us(lambda: work("x"), sizes)["best"]
+    call = time_us(lambda: retrying(work, "x"), sizes)["best"] - bare
+    decorated = time_us(lambda: wrapped("x"), sizes)["best"] - bare
+    return {
+        "version": importlib.metadata.version("tenacity"),
+        "retrying_call_us": call,
+        "decorated_call_us": decorated,
+    }
+
+
+# ------------------------------------------------------------------ profiling
+
+
+class InlineExecutor(concurrent.futures.Executor):
+    """Runs submitted work in the calling thread (profiling only)."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # delivered through the future, as a pool would
+            future.set_exception(exc)
+        return future
+
+
+@contextlib.contextmanager
+def tools_inline() -> Iterator[None]:
+    """Make ToolNode run its tool calls in the calling thread, in both graphs.
+
+    ToolNode fans tool calls out to a fresh thread pool; a profiler sees the
+    main thread waiting and the workers competing for the GIL, which blurs
+    the attribution. Only the profile does this; the timed runs never do.
+    """
+    original = tool_node_module.get_executor_for_config
+    tool_node_module.get_executor_for_config = lambda config: InlineExecutor()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        tool_node_module.get_executor_for_config = original  # type: ignore[assignment]
+
+
+def _profile_graph(graph: Any, turns: int) -> pstats.Stats:
+    """Profile `turns` turns: tools inline, checkpoints saved synchronously.
+
+    Checkpoint saves still run on LangGraph's background thread, so every
+    thread gets its own `cProfile.Profile`. The timer is the thread's CPU time:
+    a wall-clock profile on a shared machine mostly measures the neighbours
+    (thread starts and queue hand-offs balloon). The price is a system call per
+    profiler event, which inflates call-heavy code (``inspect.signature``,
+    callback managers) relative to the rest.
+    """
+    profilers: list[cProfile.Profile] = []
+
+    def start_in_thread(frame: Any, event: str, arg: Any) -> None:
+        profiler = cProfile.Profile(time.thread_time)
+        profilers.append(profiler)
+        profiler.enable()  # replaces this hook for the rest of the thread
+
+    main = cProfile.Profile(time.thread_time)
+    with tools_inline():
+        threading.setprofile(start_in_thread)
+        main.enable()
+        try:
+            for _ in range(turns):
+                run_turn(graph, durability="sync")
+        finally:
+            main.disable()
+            threading.setprofile(None)  # type: ignore[arg-type]
+    stats = pstats.Stats(main)
+    for profiler in profilers:
+        with contextlib.suppress(TypeError):  # a thread that recorded nothing
+            stats.add(pstats.Stats(profiler))
+    return stats
+
+
+WAITS = (
+    "acquire' of '_thread.lock",
+    "'get' of '_queue.SimpleQueue'",
+    "time.sleep",
+    "select.",
+    "poll",
+)
+"""Builtins whose own time is waiting (threads, the GIL, I/O), not work."""
+
+
+def busy_seconds(stats: pstats.Stats) -> float:
+    """Profiled time minus the own time of blocking waits, summed over threads."""
+    waiting = sum(
+        float(row[2])
+        for (_, _, name), row in stats.stats.items()  # type: ignore[attr-defined]
+        if any(wait in name for wait in WAITS)
+    )
+    return float(stats.total_tt) - waiting  # type: ignore[attr-defined]
+
+
+def _code_key(func: Any) -> tuple[str, int, str]:
+    code = func.__code__
+    return (code.co_filename, code.co_firstlineno, code.co_name)
+
+
+def _cum(stats: pstats.Stats, *, key: tuple[str, int, str] | None = None, **match: str) -> float:
+    """Inclusive seconds of one function, by code key or by file suffix + name."""
+    table = stats.stats  # type: ignore[attr-defined]
+    if key is not None:
+        return float(table[key][3]) if key in table else 0.0
+    return sum(
+        float(row[3])
+        for (file, _, name), row in table.items()
+        if file.endswith(match["file"]) and name == match["name"]
+    )
+
+
+def attribute(a: pstats.Stats, b: pstats.Stats, turns: int) -> list[dict[str, Any]]:
+    """Split graph A's extra CPU per turn into the places it is spent (us per turn)."""
+    node_run = _code_key(GuardedToolNode.run)
+    spans: list[tuple[str, float]] = [
+        (
+            "RunnableLambda wrapper around GuardedToolNode.run (wiring.py)",
+            _cum(a, key=_code_key(RunnableLambda.invoke)) - _cum(a, key=node_run),
+        ),
+        ("GuardedToolNode._plan", _cum(a, key=_code_key(GuardedToolNode._plan))),
+        ("GuardedToolNode._input", _cum(a, key=_code_key(GuardedToolNode._input))),
+        ("GuardedToolNode._finish", _cum(a, key=_code_key(GuardedToolNode._finish))),
+        ("  of which call_key", _cum(a, key=_code_key(call_key))),
+        ("  of which emit (events)", _cum(a, key=_code_key(emit))),
+        (
+            "_wrap interception per tool call (_wrap - _execute_tool_sync)",
+            _cum(a, key=_code_key(GuardedToolNode._wrap))
+            - _cum(a, file="langgraph/prebuilt/tool_node.py", name="_execute_tool_sync"),
+        ),
+        (
+            "ToolNode._func, A - B (nested ToolNode vs ToolNode as the node)",
+            _cum(a, file="langgraph/prebuilt/tool_node.py", name="_func")
+            - _cum(b, file="langgraph/prebuilt/tool_node.py", name="_func"),
+        ),
+        (
+            "conditional edges incl. state reads (BranchSpec._route), A - B",
+            _cum(a, file="langgraph/graph/_branch.py", name="_route")
+            - _cum(b, file="langgraph/graph/_branch.py", name="_route"),
+        ),
+        ("  of which the package's router functions", _route_cum(a)),
+        ("merge_ledger (the ledger reducer)", _cum(a, key=_code_key(merge_ledger))),
+        (
+            "checkpointer put/put_writes (serialization), A - B",
+            _cum(a, file="langgraph/checkpoint/memory/__init__.py", name="put")
+            + _cum(a, file="langgraph/checkpoint/memory/__init__.py", name="put_writes")
+            - _cum(b, file="langgraph/checkpoint/memory/__init__.py", name="put")
+            - _cum(b, file="langgraph/checkpoint/memory/__init__.py", name="put_writes"),
+        ),
+    ]
+    delta = (busy_seconds(a) - busy_seconds(b)) / turns * 1e6
+    rows = []
+    counted = 0.0
+    for label, seconds in spans:
+        us = seconds / turns * 1e6
+        if not label.startswith("  "):
+            counted += us
+        rows.append({"span": label, "us_per_turn": us, "share_of_delta": us / delta})
+    rest = delta - counted
+    rows.append(
+        {
+            "span": "everything else (Pregel work for the extra node/channel, ...)",
+            "us_per_turn": rest,
+            "share_of_delta": rest / delta,
+        }
+    )
+    return rows
+
+
+def _route_cum(stats: pstats.Stats) -> float:
+    routers = (
+        _optional("langgraph_resilience.router", "route_after_agent"),
+        _optional("langgraph_resilience.router", "route_after_tools"),
+        _optional("langgraph_resilience.router", "next_step"),
+    )
+    return sum(_cum(stats, key=_code_key(r)) for r in routers if r is not None)
+
+
+def profile_turns(sizes: Sizes, top: int = 25) -> dict[str, Any]:
+    """CPU-profile A and B (InMemorySaver): attribution of the delta and top functions."""
+    stats: dict[str, pstats.Stats] = {}
+    turns = sizes.profile_turns
+    for variant, build in (("A", build_resilient), ("B", build_plain)):
+        graph = build(InMemorySaver(), turns + 20)
+        with tools_inline():
+            for _ in range(20):
+                run_turn(graph, durability="sync")
+        stats[variant] = _profile_graph(graph, turns)
+
+    def per_function(s: pstats.Stats) -> dict[str, tuple[float, float, int]]:
+        table: dict[str, tuple[float, float, int]] = {}
+        for (file, line, func), row in s.stats.items():  # type: ignore[attr-defined]
+            table[f"{_short(file)}:{line}({func})"] = (row[2], row[3], row[1])
+        return table
+
+    a, b = per_function(stats["A"]), per_function(stats["B"])
+    totals = {k: busy_seconds(v) / turns * 1e6 for k, v in stats.items()}
+    delta = totals["A"] - totals["B"]
+    diff = []
+    for where in set(a) | set(b):
+        if any(wait in where for wait in WAITS):
+            continue
+        tt_a, _, calls_a = a.get(where, (0.0, 0.0, 0))
+        tt_b, _, calls_b = b.get(where, (0.0, 0.0, 0))
+        own = (tt_a - tt_b) / turns * 1e6
+        diff.append(
+            {
+                "function": where,
+                "own_us_delta": own,
+                "share_of_delta": own / delta,
+                "calls_delta": (calls_a - calls_b) / turns,
+            }
+        )
+    diff.sort(key=lambda row: -row["own_us_delta"])
+    package = sorted(
+        (
+            {
+                "function": where,
+                "cum_us": ct / turns * 1e6,
+                "own_us": tt / turns * 1e6,
+                "calls": c / turns,
+            }
+            for where, (tt, ct, c) in a.items()
+            if "langgraph_resilience" in where
+        ),
+        key=lambda row: -row["cum_us"],
+    )
+    return {
+        "turns": turns,
+        "cpu_us_per_turn": totals,
+        "attribution": attribute(stats["A"], stats["B"], turns),
+        "own_time_delta_top": diff[:top],
+        "package_functions_top": package[:top],
+    }
+
+
+def _short(path: str) -> str:
+    for marker in ("site-packages/", "langgraph_resilience/", "lib/python"):
+        if marker in path:
+            tail = path.split(marker, 1)[1]
+            return ("langgraph_resilience/" + tail) if marker == "langgraph_resilience/" else tail
+    return os.path.basename(path)
+
+
+# ------------------------------------------------------------------ reporting
+
+
+def print_turns(rows: list[dict[str, Any]], skipped: dict[str, str]) -> None:
+    print("\n1. Clean agent turn, 2 parallel tool calls (wall time per graph.invoke)")
+    header = (
+        f"{'checkpointer':<14} {'turns':>6}  {'A resilient ms':>15}  {'B plain ms':>11}  "
+        f"{'A/B':>6}  {'95% CI':>11}  {'+us/call':>8}  {'target':>7}  {'result':<6}  CPU A/B"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        low, high = row["ratio_ci95"]
+        print(
+            f"{row['checkpointer']:<14} {row['turns_each']:>6}  "
+            f"{row['resilient_ms']['median']:>15.3f}  {row['plain_ms']['median']:>11.3f}  "
+            f"{row['ratio']:>5.3f}x  {low:>5.3f}-{high:<5.3f}  "
+            f"{row['extra_us_per_tool_call']:>8.0f}  <={row['target']:.2f}x  "
+            f"{_verdict(row):<6}  {row['cpu_ratio']:.3f}x"
+        )
+    for label, reason in skipped.items():
+        print(f"{label:<14} skipped: {reason}")
+    print(
+        "medians; A/B = ratio of median wall times (the target); CI = bootstrap over the\n"
+        "interleaved pairs; +us/call = (A - B) / 2 tool calls; CPU A/B = ratio of median\n"
+        "process CPU time (robust to other load; excludes the Postgres server's work);\n"
+        "OK* = the median meets the target but the 95% CI reaches above it (a tie)"
+    )
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    """OK, OK* (median meets the target, the interval does not), or MISS."""
+    if not row["meets_target"]:
+        return "MISS"
+    return "OK*" if row["ratio_ci95"][1] > row["target"] else "OK"
+
+
+def print_micro(micro: dict[str, Any]) -> None:
+    print("\n2. Per-call work on the clean path (no graph, no I/O; CPU time, best of repeats)")
+    header = f"{'operation':<52} {'group':<8} {'us/op':>8} {'calls':>5} {'us/call':>8}"
+    print(header)
+    print("-" * len(header))
+    for row in micro["rows"]:
+        if "skipped" in row:
+            print(f"{row['name']:<52} {row['group']:<8} skipped: {row['skipped']}")
+            continue
+        print(
+            f"{row['name']:<52} {row['group']:<8} {row['us_per_op']:>8.2f} "
+            f"{row['calls_per_op']:>5} {row['us_per_call']:>8.2f}"
+        )
+    print("-" * len(header))
+    verdict = "OK" if micro["meets_target"] else "MISS"
+    if not micro["complete"]:
+        verdict += " (incomplete: a decision row was skipped)"
+    print(
+        f"{'decision work per tool call (_plan + _finish + merge)':<52} {'':<8} {'':>8} {'':>5} "
+        f"{micro['decision_us_per_call']:>8.2f}  target <= {micro['target_us']:.0f} us: {verdict}"
+    )
+    print(
+        f"{'all package work per tool call (+ copy, routers)':<52} {'':<8} {'':>8} {'':>5} "
+        f"{micro['all_us_per_call']:>8.2f}"
+        + ("" if micro["all_complete"] else "  (a glue row was skipped)")
+    )
+    print("info rows are inside the steps above (attribution) or references: not added up")
+    ten = micro["tenacity"]
+    if ten is None:
+        print("tenacity: not importable, reference skipped")
+    else:
+        print(
+            f"reference: tenacity {ten['version']} per successful call: "
+            f"Retrying(fn) {ten['retrying_call_us']:.2f} us, "
+            f"@retry {ten['decorated_call_us']:.2f} us"
+        )
+
+
+def print_profile(profile: dict[str, Any]) -> None:
+    totals = profile["cpu_us_per_turn"]
+    delta = totals["A"] - totals["B"]
+    print(
+        f"\n3. cProfile (thread CPU time), InMemorySaver, tools inline, durability='sync', "
+        f"{profile['turns']} turns each:\n   A {totals['A']:.0f} us/turn, B {totals['B']:.0f} "
+        f"us/turn, delta {delta:.0f} us. The profiler inflates call-heavy code\n"
+        "   (inspect.signature, callback managers): use it to locate hotspots, and the\n"
+        "   ablation in benchmarks/README.md to size them."
+    )
+    print(f"{'us/turn':>9} {'share':>6}  where graph A's extra CPU goes")
+    for row in profile["attribution"]:
+        print(f"{row['us_per_turn']:>9.1f} {row['share_of_delta']:>6.1%}  {row['span']}")
+    print(f"\n{'own A-B':>9} {'share':>6} {'calls':>6}  top functions by extra own time")
+    for row in profile["own_time_delta_top"]:
+        print(
+            f"{row['own_us_delta']:>9.1f} {row['share_of_delta']:>6.1%} "
+            f"{row['calls_delta']:>6.1f}  {row['function']}"
+        )
+    print(f"\n{'cum us':>9} {'own':>6} {'calls':>6}  langgraph_resilience functions in graph A")
+    for row in profile["package_functions_top"]:
+        print(
+            f"{row['cum_us']:>9.1f} {row['own_us']:>6.1f} {row['calls']:>6.1f}  {row['function']}"
+        )
+
+
+def environment() -> dict[str, Any]:
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "package_path": os.path.dirname(tools_module.__file__),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "packages": versions,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer turns (< ~30 s)")
+    parser.add_argument(
+        "--dsn",
+        help=f"PostgreSQL server allowing CREATE DATABASE (default {DEFAULT_DSN}, "
+        "skipped if unreachable; an explicit --dsn must be reachable)",
+    )
+    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    parser.add_argument(
+        "--profile", action="store_true", help="also cProfile graph A vs B (InMemorySaver)"
+    )
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    # Events are logged at INFO only when enabled; keep the library's default (off).
+    logging.getLogger("langgraph_resilience").setLevel(logging.WARNING)
+
+    started = time.perf_counter()
+    env = environment()
+    print(
+        f"langgraph-resilience overhead benchmark ({'quick' if args.quick else 'full'}); "
+        f"python {env['python']}, langgraph {env['packages']['langgraph']}, "
+        f"langchain-core {env['packages']['langchain-core']}, {env['cpus']} CPUs"
+    )
+    print(f"langgraph_resilience from {env['package_path']}")
+    load_before = os.getloadavg()[0]
+    if load_before > 0.5 * (os.cpu_count() or 1):
+        print(
+            f"warning: load average {load_before:.2f} on {os.cpu_count()} CPUs; other work "
+            "on this machine adds noise (the interleaving keeps the ratios fair)"
+        )
+
+    dsn = args.dsn or DEFAULT_DSN
+    reason = probe_postgres(dsn)  # first, so a bad --dsn fails before minutes of work
+    if reason is not None and args.dsn:
+        print(f"error: PostgreSQL at --dsn is unreachable: {reason}", file=sys.stderr)
+        return 2
+    rows = []
+    skipped: dict[str, str] = {}
+    if reason is not None:
+        skipped["PostgresSaver"] = f"server unreachable at {DEFAULT_DSN} ({reason})"
+        print(f"PostgresSaver part skipped: {skipped['PostgresSaver']}")
+    print("running InMemorySaver turns ...", flush=True)
+    rows.append(
+        bench_turns(
+            "InMemorySaver",
+            InMemorySaver(),
+            pairs=sizes.memory_pairs,
+            warmup=sizes.warmup_pairs,
+        )
+    )
+    if reason is None:
+        print("running PostgresSaver turns ...", flush=True)
+        with postgres_saver(dsn) as saver:
+            rows.append(
+                bench_turns(
+                    "PostgresSaver", saver, pairs=sizes.postgres_pairs, warmup=sizes.warmup_pairs
+                )
+            )
+    print("running micro-benchmarks ...", flush=True)
+    micro = bench_micro(sizes)
+    profile = None
+    if args.profile:
+        print("profiling ...", flush=True)
+        profile = profile_turns(sizes)
+
+    print_turns(rows, skipped)
+    print_micro(micro)
+    if profile is not None:
+        print_profile(profile)
+    elapsed = time.perf_counter() - started
+    load_after = os.getloadavg()[0]
+    print(
+        f"\ndone in {elapsed:.1f} s; load average {load_before:.2f} at start, "
+        f"{load_after:.2f} at end"
+    )
+
+    if args.json:
+        report = {
+            "mode": "quick" if args.quick else "full",
+            "sizes": dataclasses.asdict(sizes),
+            "environment": env,
+            "turns": rows,
+            "skipped": skipped,
+            "micro": micro,
+            "profile": profile,
+            "seconds": elapsed,
+            "load_average": {"start": load_before, "end": load_after},
+        }
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(report, out, indent=2)
+            out.write("\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

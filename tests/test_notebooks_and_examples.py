@@ -1,0 +1,172 @@
+"""Every notebook executes cleanly and every example exits 0, as users will run them.
+
+Notebooks run in a real IPython kernel started from this interpreter (so they see
+the installed package and nothing else); only the nbclient driver runs in-process.
+Examples run as ``python examples/<name>.py`` from the repository root, exactly as
+their docstrings say.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from traitlets import default
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+PUBLIC_MODULES = {
+    "langgraph_resilience",
+    "langgraph_resilience.persistence",
+    "langgraph_resilience.reliability",
+    "langgraph_resilience.testing",
+}
+"""What notebooks and examples may import from the package: the public API only."""
+
+
+def _ids(paths: list[pathlib.Path]) -> list[str]:
+    return [path.name for path in paths]
+
+
+class ThisInterpreterSpecs(KernelSpecManager):
+    """Resolves every kernel name to an IPython kernel on `sys.executable`, whatever
+    kernel specs happen to be installed on the machine (a user-level ``python3`` spec
+    may point at another interpreter)."""
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return KernelSpec(
+            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            display_name=f"Python ({sys.executable})",
+            language="python",
+            resource_dir=str(ROOT),
+        )
+
+
+class ThisInterpreterKernel(AsyncKernelManager):
+    """The kernel manager nbclient creates (and so shuts down and cleans up itself)."""
+
+    @default("kernel_spec_manager")
+    def _this_interpreter_specs(self) -> KernelSpecManager:
+        return ThisInterpreterSpecs()
+
+
+def _code_cells(path: pathlib.Path) -> list[Any]:
+    notebook = nbformat.read(path, as_version=4)
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def _package_imports(source: str) -> set[str]:
+    modules: set[str] = set()
+    # Notebook cells may use top-level await, which IPython allows.
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    for node in ast.walk(compile(source, "<source>", "exec", flags=flags)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return {m for m in modules if m.split(".")[0] == "langgraph_resilience"}
+
+
+def test_there_are_notebooks_and_examples() -> None:
+    """The globs find something, so an emptied directory cannot pass silently."""
+    assert NOTEBOOKS
+    assert EXAMPLES
+
+
+def _execute(notebook: Any, cwd: pathlib.Path) -> None:
+    """Run every cell in a fresh kernel; nbclient raises on the first failing cell."""
+    client = NotebookClient(
+        notebook,
+        kernel_name="python3",
+        kernel_manager_class=ThisInterpreterKernel,
+        timeout=120,
+        allow_errors=False,
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.execute()
+
+
+@pytest.mark.slow
+def test_kernel_runs_on_this_interpreter(tmp_path: pathlib.Path) -> None:
+    """The notebook kernel is the interpreter running the tests, so it sees this package."""
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("import sys; print(sys.executable, end='')")]
+
+    _execute(notebook, tmp_path)
+
+    [output] = notebook.cells[0].outputs
+    assert pathlib.Path(output.text).resolve() == pathlib.Path(sys.executable).resolve()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_executes_without_errors(path: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """Every cell of the notebook runs in a fresh kernel; a failing cell fails the test."""
+    notebook = nbformat.read(path, as_version=4)
+
+    _execute(notebook, tmp_path)
+
+    ran = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count is not None for cell in ran)
+    errors = [o for cell in ran for o in cell.outputs if o.output_type == "error"]
+    assert errors == []
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_is_stored_without_outputs(path: pathlib.Path) -> None:
+    """Notebooks are committed with outputs cleared, so the repository stays small."""
+    for cell in _code_cells(path):
+        assert cell.outputs == [], f"{path.name}: a cell has stored outputs"
+        assert cell.execution_count is None, f"{path.name}: a cell has an execution count"
+
+
+@pytest.mark.parametrize("path", [*NOTEBOOKS, *EXAMPLES], ids=_ids([*NOTEBOOKS, *EXAMPLES]))
+def test_only_the_public_api_is_imported(path: pathlib.Path) -> None:
+    """Notebooks and examples import the package's public modules only."""
+    if path.suffix == ".ipynb":
+        sources = [cell.source for cell in _code_cells(path)]
+    else:
+        sources = [path.read_text(encoding="utf-8")]
+    imported = set().union(*(_package_imports(source) for source in sources))
+    assert imported <= PUBLIC_MODULES, f"private imports: {sorted(imported - PUBLIC_MODULES)}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXAMPLES, ids=_ids(EXAMPLES))
+def test_example_exits_zero(path: pathlib.Path) -> None:
+    """``python examples/<name>.py`` from the repository root exits 0."""
+    result = subprocess.run(
+        [sys.executable, str(path.relative_to(ROOT))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    assert result.stdout.strip(), "the example printed nothing"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=_ids(EXAMPLES))
+def test_example_starts_with_a_docstring_saying_how_to_run_it(path: pathlib.Path) -> None:
+    """Each example opens with a module docstring that gives its run command."""
+    docstring = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+    assert docstring, f"{path.name} has no module docstring"
+    assert f"python examples/{path.name}" in docstring
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+def test_notebook_declares_the_python3_kernel(path: pathlib.Path) -> None:
+    """Notebooks name the standard python3 kernel, which CI and users both have."""
+    metadata = json.loads(path.read_text(encoding="utf-8"))["metadata"]
+    assert metadata["kernelspec"]["name"] == "python3"
