@@ -11,7 +11,23 @@ Add it to an existing graph::
     app = builder.compile(checkpointer=checkpointer)
 """
 
-from langgraph_resilience.canonical import DEFAULT_NOISE_FIELDS, call_key, canonical_args
+from langgraph_resilience.breaker import (
+    AsyncPostgresBreakerStore,
+    BreakerConfig,
+    BreakerStore,
+    Bulkhead,
+    BulkheadFullError,
+    InMemoryBreakerStore,
+    InMemoryRetryBudgetStore,
+    PostgresBreakerStore,
+    PostgresRetryBudgetStore,
+    RetryBudget,
+)
+from langgraph_resilience.canonical import (
+    DEFAULT_NOISE_FIELDS,
+    call_key,
+    canonical_args,
+)
 from langgraph_resilience.classify import (
     DEFAULT_RULES,
     Rule,
@@ -21,63 +37,182 @@ from langgraph_resilience.classify import (
     retriable,
     retry_after_ms,
 )
-from langgraph_resilience.clock import Clock, SystemClock
+from langgraph_resilience.clock import (
+    Clock,
+    SystemClock,
+)
 from langgraph_resilience.errors import (
     CircuitOpenError,
     ConfigurationError,
     FailureClass,
     LoopDetectedError,
+    OutputValidationError,
     ResilienceError,
     RetryExhaustedError,
     ToolError,
     ToolFailure,
 )
-from langgraph_resilience.events import EVENT_KEY, Event
-from langgraph_resilience.policy import ResiliencePolicy
-from langgraph_resilience.profile import ToolProfile
-from langgraph_resilience.redaction import redact
-from langgraph_resilience.retry import backoff_delay
-from langgraph_resilience.router import Decision, decide, next_step, route_after_agent
-from langgraph_resilience.state import Ledger, ResilienceLedger, ResilienceState, merge_ledger
-from langgraph_resilience.tools import GuardedToolNode, tool_error_of
-from langgraph_resilience.wiring import add_resilience
+from langgraph_resilience.escalate import (
+    ESCALATION_TYPE,
+    Resolution,
+)
+from langgraph_resilience.events import (
+    EVENT_KEY,
+    Event,
+)
+from langgraph_resilience.idempotency import (
+    AsyncPostgresIdempotencyStore,
+    EffectStatus,
+    IdempotencyStore,
+    InMemoryIdempotencyStore,
+    PartialResult,
+    PostgresIdempotencyStore,
+    acompensate_thread,
+    compensate_thread,
+    idempotency_key,
+)
+from langgraph_resilience.model import (
+    resilient_model,
+)
+from langgraph_resilience.persistence import (
+    Persistence,
+    PersistenceError,
+    ThreadBusyError,
+    ThreadNotFoundError,
+    ThreadStatus,
+    aopen_postgres,
+    aresume,
+    athread_lock,
+    athread_status,
+    list_threads,
+    open_postgres,
+    open_sqlite,
+    resume,
+    thread_lock,
+    thread_status,
+)
+from langgraph_resilience.policy import (
+    ResiliencePolicy,
+)
+from langgraph_resilience.profile import (
+    ToolProfile,
+)
+from langgraph_resilience.redaction import (
+    redact,
+)
+from langgraph_resilience.reliability import (
+    task_failure,
+)
+from langgraph_resilience.replan import (
+    Diagnosis,
+    Plan,
+    PlanStep,
+    PlanVerdict,
+    verify,
+)
+from langgraph_resilience.retry import (
+    backoff_delay,
+)
+from langgraph_resilience.router import (
+    Decision,
+    decide,
+    next_step,
+    route_after_agent,
+)
+from langgraph_resilience.state import (
+    Ledger,
+    ResilienceLedger,
+    ResilienceState,
+    merge_ledger,
+)
+from langgraph_resilience.tools import (
+    GuardedToolNode,
+    tool_error_of,
+)
+from langgraph_resilience.wiring import (
+    add_resilience,
+)
 
 __all__ = [
     "DEFAULT_NOISE_FIELDS",
     "DEFAULT_RULES",
+    "ESCALATION_TYPE",
     "EVENT_KEY",
+    "AsyncPostgresBreakerStore",
+    "AsyncPostgresIdempotencyStore",
+    "BreakerConfig",
+    "BreakerStore",
+    "Bulkhead",
+    "BulkheadFullError",
     "CircuitOpenError",
     "Clock",
     "ConfigurationError",
     "Decision",
+    "Diagnosis",
+    "EffectStatus",
     "Event",
     "FailureClass",
     "GuardedToolNode",
+    "IdempotencyStore",
+    "InMemoryBreakerStore",
+    "InMemoryIdempotencyStore",
+    "InMemoryRetryBudgetStore",
     "Ledger",
     "LoopDetectedError",
+    "OutputValidationError",
+    "PartialResult",
+    "Persistence",
+    "PersistenceError",
+    "Plan",
+    "PlanStep",
+    "PlanVerdict",
+    "PostgresBreakerStore",
+    "PostgresIdempotencyStore",
+    "PostgresRetryBudgetStore",
     "ResilienceError",
     "ResilienceLedger",
     "ResiliencePolicy",
     "ResilienceState",
+    "Resolution",
+    "RetryBudget",
     "RetryExhaustedError",
     "Rule",
     "SystemClock",
+    "ThreadBusyError",
+    "ThreadNotFoundError",
+    "ThreadStatus",
     "ToolError",
     "ToolFailure",
     "ToolProfile",
     "Verdict",
+    "acompensate_thread",
     "add_resilience",
+    "aopen_postgres",
+    "aresume",
+    "athread_lock",
+    "athread_status",
     "backoff_delay",
     "call_key",
     "canonical_args",
     "classify",
+    "compensate_thread",
     "decide",
     "http_status",
+    "idempotency_key",
+    "list_threads",
     "merge_ledger",
+    "next_step",
+    "open_postgres",
+    "open_sqlite",
     "redact",
+    "resilient_model",
+    "resume",
     "retriable",
     "retry_after_ms",
-    "next_step",
     "route_after_agent",
+    "task_failure",
+    "thread_lock",
+    "thread_status",
     "tool_error_of",
+    "verify",
 ]

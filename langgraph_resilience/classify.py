@@ -39,6 +39,7 @@ from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
 from langgraph_resilience.errors import (
+    CircuitOpenError,
     FailureClass,
     OutputValidationError,
     ToolError,
@@ -190,6 +191,19 @@ def tool_failure_rule(error: BaseException, profile: ToolProfile | None) -> Verd
 _QUOTA_MARKERS = ("insufficient_quota", "billing", "quota exceeded", "exceeded your current quota")
 
 
+def circuit_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
+    """An open breaker is STRUCTURAL: this path is out for now; the call never ran."""
+    if not isinstance(error, CircuitOpenError):
+        return None
+    fallbacks = profile.fallbacks if profile is not None else ()
+    return Verdict(
+        FailureClass.STRUCTURAL,
+        f"use_tool:{fallbacks[0]}" if fallbacks else "ask_human",
+        retry_after_ms=math.ceil(round(error.retry_after * 1000, 6)),
+        context={"breaker": "open", "breaker_key": error.key},
+    )
+
+
 def output_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
     """A result that fails its output contract is semantic: a retry would repeat it."""
     if isinstance(error, OutputValidationError):
@@ -304,6 +318,7 @@ def tool_exception_rule(error: BaseException, profile: ToolProfile | None) -> Ve
 
 DEFAULT_RULES: tuple[Rule, ...] = (
     tool_failure_rule,
+    circuit_rule,
     output_rule,
     http_status_rule,
     rate_limit_rule,

@@ -4,15 +4,22 @@ Every tool failure becomes exactly one `ToolError`: the model sees it (as the
 content of a `ToolMessage(status="error")`), events carry it and the ledger
 stores it. Its `failure_class` is the routing key of the whole package.
 
-Exception tree::
+Exception tree (the subclasses defined next to the code that raises them)::
 
     Exception
     ├── ResilienceError                 base of everything raised at run time
     │   ├── ToolFailure                 a tool raises it on purpose, carrying a ToolError
+    │   │   └── BulkheadFullError       (breaker.py) no slot in a tool's bulkhead: TRANSIENT
     │   ├── RetryExhaustedError         .last_error: the final ToolError
     │   ├── LoopDetectedError           .call_key: the repeated call
     │   ├── OutputValidationError       .problems: why a "successful" result is wrong
-    │   └── CircuitOpenError            .retry_after: seconds until half-open
+    │   ├── CircuitOpenError            .retry_after: seconds until half-open
+    │   ├── PlanError                   (replan.py) an unusable plan
+    │   │   ├── PlanReferenceError      .reference: a $steps reference that cannot resolve
+    │   │   └── PlanCycleError          .cycle: the steps that depend on each other
+    │   ├── PersistenceError            (persistence.py) cannot open the store; DSN redacted
+    │   ├── ThreadBusyError             (persistence.py) another runner holds the thread
+    │   └── ThreadNotFoundError         (persistence.py) no checkpoint for the thread id
     └── ValueError
         └── ConfigurationError          misconfiguration, raised at construction
 """
@@ -172,5 +179,6 @@ ExhaustionReason = Literal[
     "loop",
     "max_replans",
     "plan_failed",
+    "retry_budget",
 ]
 """Why a failure went back to the agent instead of to (another) recovery step."""

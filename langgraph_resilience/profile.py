@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -48,7 +48,48 @@ class ToolProfile:
     """Overrides `ResiliencePolicy.loop_threshold`: raise it for polling tools whose
     identical repeated calls are legitimate."""
 
+    fallback: str | Sequence[str] | None = None
+    """Tool name(s) that serve this tool's calls, in order, when its breaker is open,
+    it fails STRUCTURALLY or its retries are exhausted. Never loops back."""
+
+    fallback_args: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
+    """``(fallback_name, args) -> args``: adapts the agent's arguments for a fallback
+    whose signature differs (default: the same arguments)."""
+
+    breaker_key: str | None = None
+    """The circuit breaker this tool reports to (default: the tool name); tools on one
+    upstream host can share a key and so a breaker."""
+
+    max_concurrent: int | None = None
+    """Bulkhead: at most this many calls of the tool in flight at once."""
+
+    max_wait: float | dt.timedelta = 0.0
+    """Bulkhead: how long an excess call waits for a slot before failing TRANSIENT."""
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        """`fallback` as a tuple of tool names."""
+        if self.fallback is None:
+            return ()
+        return (self.fallback,) if isinstance(self.fallback, str) else tuple(self.fallback)
+
     def __post_init__(self) -> None:
+        object.__setattr__(self, "max_wait", seconds(self.max_wait, field="max_wait"))
+        if float(self.max_wait) < 0:  # type: ignore[arg-type]
+            raise ConfigurationError("ToolProfile.max_wait must be >= 0 seconds")
+        if self.max_concurrent is not None and (
+            isinstance(self.max_concurrent, bool)
+            or not isinstance(self.max_concurrent, int)
+            or self.max_concurrent < 1
+        ):
+            raise ConfigurationError(
+                f"ToolProfile.max_concurrent must be an integer >= 1 or None, "
+                f"got {self.max_concurrent!r}"
+            )
+        if self.fallback is not None and (
+            not all(isinstance(name, str) and name for name in self.fallbacks)
+        ):
+            raise ConfigurationError("ToolProfile.fallback must be a tool name or a list of names")
         if self.timeout is not None:
             object.__setattr__(self, "timeout", seconds(self.timeout, field="timeout"))
             if float(self.timeout) <= 0:  # type: ignore[arg-type]

@@ -67,6 +67,12 @@ class CallRecord(TypedDict):
     repairs: NotRequired[int]
     trail: NotRequired[list[dict[str, Any]]]
     coercions: NotRequired[list[str]]
+    served_by: NotRequired[str]
+    """The fallback tool now serving the call (the call keeps its id and name)."""
+    origin_args: NotRequired[dict[str, Any]]
+    """The agent's arguments, kept when a fallback adapts them."""
+    tried: NotRequired[list[str]]
+    """Tools that already failed this call: a fallback chain never returns to them."""
 
 
 class Ledger(TypedDict, total=False):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import random
@@ -28,10 +29,25 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 
+from langgraph_resilience.breaker import (
+    BreakerConfig,
+    BreakerStore,
+    Bulkhead,
+    BulkheadFullError,
+    InMemoryBreakerStore,
+    InMemoryRetryBudgetStore,
+    PostgresRetryBudgetStore,
+    RetryBudget,
+)
 from langgraph_resilience.canonical import call_key
 from langgraph_resilience.classify import DEFAULT_RULES, Rule, classify, unknown_tool_error
 from langgraph_resilience.clock import Clock
-from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
+from langgraph_resilience.errors import (
+    CircuitOpenError,
+    ExhaustionReason,
+    FailureClass,
+    ToolError,
+)
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
@@ -48,7 +64,7 @@ from langgraph_resilience.state import (
     read_ledger,
     read_messages,
 )
-from langgraph_resilience.validation import check_output, coerce_args
+from langgraph_resilience.validation import Coercion, check_output, coerce_args
 
 __all__ = ["GuardedToolNode", "error_message", "tool_error_of"]
 
@@ -61,6 +77,18 @@ class _Raised:
     """Carries a tool's exception out of ToolNode's wrapper to the node, never further."""
 
     error: BaseException
+    executed: bool = True
+    """False when the call was refused before reaching the tool (open breaker, full
+    bulkhead): it spends no attempt."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Admitted:
+    """A call the breaker let through: what to report back once it is done."""
+
+    key: str
+    probe: bool
+    started: float
 
 
 def error_message(error: ToolError, *, exhausted: ExhaustionReason | None = None) -> ToolMessage:
@@ -165,6 +193,10 @@ class GuardedToolNode:
         can_repair: bool = False,
         can_replan: bool = False,
         can_escalate: bool = False,
+        breaker: BreakerConfig | None = None,
+        breaker_store: BreakerStore | None = None,
+        retry_budget: RetryBudget | None = None,
+        retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
     ) -> None:
         self.policy = policy
         self.clock = clock
@@ -175,6 +207,17 @@ class GuardedToolNode:
         self.can_repair = can_repair
         self.can_replan = can_replan
         self.can_escalate = can_escalate
+        self.breaker = breaker
+        self.breaker_store: BreakerStore = breaker_store or InMemoryBreakerStore()
+        self.retry_budget = retry_budget
+        self.retry_budget_store = retry_budget_store or (
+            InMemoryRetryBudgetStore() if retry_budget is not None else None
+        )
+        self._bulkheads = {
+            name: Bulkhead(name, max_concurrent=p.max_concurrent, max_wait=p.max_wait)
+            for name, p in self.profiles.items()
+            if p.max_concurrent is not None
+        }
         self._tool_node = ToolNode(
             list(tools),
             handle_tool_errors=False,
@@ -182,6 +225,8 @@ class GuardedToolNode:
             wrap_tool_call=self._wrap,
             awrap_tool_call=self._awrap,
         )
+
+        self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
 
     @property
     def tools_by_name(self) -> dict[str, BaseTool]:
@@ -202,54 +247,179 @@ class GuardedToolNode:
             check_output(result.content, self.profiles.get(call["name"]))
         return cast("ToolMessage | Command[Any]", result)
 
+    def breaker_key(self, tool: str) -> str:
+        """The breaker a tool reports to: its profile's `breaker_key`, else its name."""
+        profile = self.profiles.get(tool)
+        return profile.breaker_key if profile is not None and profile.breaker_key else tool
+
+    def breaker_states(self) -> dict[str, str]:
+        """Each tool's breaker status now (closed / open / half_open), for the planner."""
+        if self.breaker is None:
+            return {}
+        now = self.clock.time()
+        return {
+            name: self.breaker_store.snapshot(self.breaker_key(name)).status_at(self.breaker, now)
+            for name in self.tools_by_name
+        }
+
+    def _outcome(self, call: ToolCall, exc: BaseException | None) -> FailureClass | None:
+        if exc is None:
+            return None
+        profile = self.profiles.get(call["name"])
+        return classify(exc, profile=profile, rules=self.rules).failure_class
+
+    def _coerced(self, call: ToolCall) -> Coercion | None:
+        """Lossless fixes for arguments the tool rejected, or None if there are none.
+        Only runs after a rejection, so clean calls pay nothing for it."""
+        tool = self.tools_by_name.get(call["name"])
+        if tool is None:
+            return None
+        fixed = coerce_args(call["args"], self._schemas.get(call["name"]))
+        if not fixed.changes:
+            return None
+        emit(Event("coercion", tool=call["name"], call_id=call["id"], changes=fixed.changes))
+        return fixed
+
+    def _refused(self, call: ToolCall, key: str, retry_after: float) -> ToolMessage:
+        return self._raised(call, CircuitOpenError(key, retry_after), executed=False)
+
+    def _run(
+        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        timeout = self._timeout_for(call["name"])
+        bulkhead = self._bulkheads.get(call["name"])
+        with bulkhead.slot() if bulkhead is not None else contextlib.nullcontext():
+            try:
+                if timeout is None:
+                    return self._checked(call, execute(request))
+                return self._checked(call, _call_with_timeout(execute, request, timeout))
+            except ToolInvocationError:
+                fixed = self._coerced(call)
+                if fixed is None:
+                    raise
+                result = execute(request.override(tool_call={**call, "args": fixed.args}))
+                return _with_coercions(self._checked(call, result), fixed)
+
+    async def _arun(
+        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        timeout = self._timeout_for(call["name"])
+        bulkhead = self._bulkheads.get(call["name"])
+        async with bulkhead.aslot() if bulkhead is not None else contextlib.nullcontext():
+            try:
+                if timeout is None:
+                    return self._checked(call, await execute(request))
+                try:
+                    result = await asyncio.wait_for(execute(request), timeout)
+                except TimeoutError as exc:
+                    raise TimeoutError(f"tool did not finish within {timeout:g}s") from exc
+                return self._checked(call, result)
+            except ToolInvocationError:
+                fixed = self._coerced(call)
+                if fixed is None:
+                    raise
+                result = await execute(request.override(tool_call={**call, "args": fixed.args}))
+                return _with_coercions(self._checked(call, result), fixed)
+
     def _wrap(
         self,
         request: ToolCallRequest,
         execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
+        """Sync interception of one call: breaker admission, bulkhead, timeout, output
+        contract, then the outcome reported back to the breaker."""
         call = request.tool_call
-        timeout = self._timeout_for(call["name"])
+        admitted: _Admitted | None = None
+        if self.breaker is not None:
+            key = self.breaker_key(call["name"])
+            admission = self.breaker_store.acquire(key, self.breaker, self.clock.time())
+            if not admission.allowed:
+                return self._refused(call, key, admission.retry_after)
+            admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
-            if timeout is None:
-                return self._checked(call, execute(request))
-            return self._checked(call, _call_with_timeout(execute, request, timeout))
-        except GraphBubbleUp:
+            result = self._run(call, request, execute)
+        except (GraphBubbleUp, BulkheadFullError) as exc:
+            if admitted is not None and self.breaker is not None:
+                self.breaker_store.release(
+                    admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
+                )
+            if isinstance(exc, BulkheadFullError):
+                return self._raised(call, exc, executed=False)
             raise
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
+            self._report(admitted, call, exc)
             return self._raised(call, exc)
+        self._report(admitted, call, None)
+        return result
 
     async def _awrap(
         self,
         request: ToolCallRequest,
         execute: Callable[[ToolCallRequest], Any],
     ) -> ToolMessage | Command[Any]:
+        """Async twin of `_wrap` (the breaker store's async methods, the loop's sleep)."""
         call = request.tool_call
-        timeout = self._timeout_for(call["name"])
+        admitted: _Admitted | None = None
+        if self.breaker is not None:
+            key = self.breaker_key(call["name"])
+            admission = await self.breaker_store.aacquire(key, self.breaker, self.clock.time())
+            if not admission.allowed:
+                return self._refused(call, key, admission.retry_after)
+            admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
-            if timeout is None:
-                return self._checked(call, await execute(request))
-            try:
-                result = await asyncio.wait_for(execute(request), timeout)
-            except TimeoutError as exc:
-                raise TimeoutError(f"tool did not finish within {timeout:g}s") from exc
-            return self._checked(call, result)
-        except GraphBubbleUp:
+            result = await self._arun(call, request, execute)
+        except (GraphBubbleUp, BulkheadFullError) as exc:
+            if admitted is not None and self.breaker is not None:
+                await self.breaker_store.arelease(
+                    admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
+                )
+            if isinstance(exc, BulkheadFullError):
+                return self._raised(call, exc, executed=False)
             raise
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
+            await self._areport(admitted, call, exc)
             return self._raised(call, exc)
+        await self._areport(admitted, call, None)
+        return result
+
+    def _report(self, admitted: _Admitted | None, call: ToolCall, exc: Exception | None) -> None:
+        if admitted is None or self.breaker is None:
+            return
+        self.breaker_store.record(
+            admitted.key,
+            self.breaker,
+            self.clock.time(),
+            self._outcome(call, exc),
+            probe=admitted.probe,
+            duration=self.clock.monotonic() - admitted.started,
+        )
+
+    async def _areport(
+        self, admitted: _Admitted | None, call: ToolCall, exc: Exception | None
+    ) -> None:
+        if admitted is None or self.breaker is None:
+            return
+        await self.breaker_store.arecord(
+            admitted.key,
+            self.breaker,
+            self.clock.time(),
+            self._outcome(call, exc),
+            probe=admitted.probe,
+            duration=self.clock.monotonic() - admitted.started,
+        )
 
     @staticmethod
-    def _raised(call: ToolCall, exc: BaseException) -> ToolMessage:
+    def _raised(call: ToolCall, exc: BaseException, *, executed: bool = True) -> ToolMessage:
         return ToolMessage(
             content="",
             name=call["name"],
             tool_call_id=call["id"] or "",
             status="error",
-            artifact=_Raised(exc),
+            artifact=_Raised(exc, executed),
         )
 
     # -------------------------------------------------------------- the step
@@ -323,9 +493,9 @@ class GuardedToolNode:
                 or (record["due"] or 0.0) > batch.now + _DUE_TOLERANCE
             ):
                 continue
-            name = call["name"]
-            tool = self.tools_by_name.get(name)
-            if tool is None:
+            # a fallback serves the call under its original id
+            name = (record.get("served_by") if record is not None else None) or call["name"]
+            if name not in self.tools_by_name:
                 error = unknown_tool_error(name, list(self.tools_by_name), call_id=call_id)
                 batch.preflight.append(_Preflight(error))
                 continue
@@ -342,14 +512,9 @@ class GuardedToolNode:
                 last = _last_error(record) or _budget_error(call, exhausted)
                 batch.preflight.append(_Preflight(last, exhausted, key))
                 continue
-            coercion = coerce_args(args, tool.tool_call_schema)
-            if coercion.changes:
-                args = coercion.args
-                batch.coercions[call_id] = list(coercion.changes)
-                emit(Event("coercion", tool=name, call_id=call_id, changes=coercion.changes))
             budget_left -= 1
             batch.keys[call_id] = key
-            batch.runnable.append({**call, "args": args})
+            batch.runnable.append({**call, "name": name, "args": args})
         return batch
 
     def _input(self, state: Any, batch: _Batch) -> dict[str, Any]:
@@ -362,23 +527,35 @@ class GuardedToolNode:
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
         results, commands = _split_output(output, self.messages_key)
+        refused = {
+            call_id
+            for call_id, m in results.items()
+            if isinstance(m.artifact, _Raised) and not m.artifact.executed
+        }
+        executed = len(batch.runnable) - len(refused)
         step = _Step(
             ledger=ledger,
-            thread_attempts=int(ledger.get("tool_attempts") or 0) + len(batch.runnable),
+            thread_attempts=int(ledger.get("tool_attempts") or 0) + executed,
             elapsed=batch.now - (ledger.get("started_at") or batch.now),
         )
-        for call in batch.runnable:
-            call_id = call["id"] or ""
+        for issued in batch.runnable:
+            call_id = issued["id"] or ""
             previous = calls.get(call_id)
+            attempts = (previous["attempts"] if previous else 0) + (call_id not in refused)
+            message = results.get(call_id)
+            fixed = message.response_metadata.pop("resilience_coercion", None) if message else None
+            call = issued if fixed is None else {**issued, "args": fixed["args"]}
             record = _record(
                 call,
                 batch.keys[call_id],
-                attempts=(previous["attempts"] if previous else 0) + 1,
+                attempts=attempts,
                 previous=previous,
-                coercions=batch.coercions.get(call_id),
+                coercions=fixed["changes"] if fixed is not None else None,
             )
-            step.count("attempt")
-            message = results.get(call_id)
+            if call_id not in refused:
+                step.count("attempt")
+                if attempts == 1:
+                    self._deposit(call["name"], batch.now)
             raised = message.artifact if message is not None else None
             if isinstance(raised, _Raised):
                 self._settle_failure(step, call, record, raised.error, now=batch.now)
@@ -402,12 +579,12 @@ class GuardedToolNode:
         self._end_waits_past_budget(step, state, batch.now)
         delta: Ledger = {
             "calls": step.calls,
-            "tool_attempts": len(batch.runnable),
+            "tool_attempts": executed,
             "events": step.events,
             "seen": batch.seen,
             "recent": batch.recent,
         }
-        if ledger.get("started_at") is None and batch.runnable:
+        if ledger.get("started_at") is None and executed:
             delta["started_at"] = batch.now
         after = {
             self.messages_key: read_messages(state, self.messages_key),
@@ -461,7 +638,71 @@ class GuardedToolNode:
             llm_calls=int(step.ledger.get("llm_calls") or 0),
             can_repair=self.can_repair,
         )
+        if decision.route == "retry" and not self._withdraw(call["name"], now):
+            decision = Decision("agent", exhausted="retry_budget")
+        if self._fall_back(step, call_id, record, error, decision):
+            return
         self._carry_out(step, call_id, record, error, decision, now=now)
+
+    def _deposit(self, tool: str, now: float) -> None:
+        """A first attempt earns retry tokens in the shared retry budget."""
+        if self.retry_budget is not None and self.retry_budget_store is not None:
+            self.retry_budget_store.deposit(self.breaker_key(tool), self.retry_budget, now)
+
+    def _withdraw(self, tool: str, now: float) -> bool:
+        """May this call retry? False when the shared retry budget is empty."""
+        if self.retry_budget is None or self.retry_budget_store is None:
+            return True
+        return self.retry_budget_store.try_withdraw(self.breaker_key(tool), self.retry_budget, now)
+
+    def _fall_back(
+        self, step: _Step, call_id: str, record: CallRecord, error: ToolError, decision: Decision
+    ) -> bool:
+        """Hand a call whose tool is out (open breaker, STRUCTURAL, retries spent) to the
+        next fallback whose breaker is not open; never back to a tool already tried."""
+        out = error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
+            "max_attempts",
+            "deadline",
+            "retry_budget",
+        )
+        if decision.route != "agent" or not out:
+            return False
+        tried = [*record.get("tried", []), record["tool"]]
+        chain = self.profiles.get(tried[0])
+        if chain is None:
+            return False
+        states = self.breaker_states()
+        candidates = [
+            name
+            for name in chain.fallbacks
+            if name not in tried and states.get(name, "closed") != "open"
+        ]
+        if not candidates:
+            return False
+        fallback = candidates[0]
+        origin = record.get("origin_args") or record.get("args", {})
+        args = dict(origin)
+        if chain.fallback_args is not None:
+            args = chain.fallback_args(fallback, dict(origin))
+        record["origin_args"] = origin
+        record["tried"] = tried
+        record["served_by"] = fallback
+        record["args"] = args
+        record["status"] = "scheduled"
+        record["due"] = None
+        record["key"] = call_key(fallback, args, noise_fields=self.policy.noise_fields)
+        step.calls[call_id] = record
+        step.count("fallback")
+        emit(
+            Event(
+                "fallback",
+                tool=record["tool"],
+                to=fallback,
+                call_id=call_id,
+                failure_class=error.failure_class.value,
+            )
+        )
+        return True
 
     def _carry_out(
         self,
@@ -675,10 +916,25 @@ def _record(
     return record
 
 
+def _with_coercions(
+    result: ToolMessage | Command[Any], fixed: Coercion
+) -> ToolMessage | Command[Any]:
+    """Mark a result obtained after coercing the arguments, so the node records it."""
+    if not isinstance(result, ToolMessage):
+        return result
+    metadata = {
+        **result.response_metadata,
+        "resilience_coercion": {"args": fixed.args, "changes": list(fixed.changes)},
+    }
+    return result.model_copy(update={"response_metadata": metadata})
+
+
 def _with_trail(message: ToolMessage, record: CallRecord) -> ToolMessage:
     """Attach the recovery trail (repairs, coercions) to a successful ToolMessage."""
     trail: dict[str, Any] = {
-        k: v for k in ("repairs", "trail", "coercions") if (v := record.get(k))
+        k: v
+        for k in ("repairs", "trail", "coercions", "served_by", "tried")
+        if (v := record.get(k))
     }
     if not trail:
         return message

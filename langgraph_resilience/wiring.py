@@ -26,6 +26,13 @@ from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph import END, StateGraph
 
+from langgraph_resilience.breaker import (
+    BreakerConfig,
+    BreakerStore,
+    InMemoryRetryBudgetStore,
+    PostgresRetryBudgetStore,
+    RetryBudget,
+)
 from langgraph_resilience.classify import DEFAULT_RULES, Rule
 from langgraph_resilience.clock import Clock, SystemClock
 from langgraph_resilience.errors import ConfigurationError
@@ -101,6 +108,38 @@ def _check_names(
     return names
 
 
+_DEFAULT_BREAKER = BreakerConfig()
+
+
+def _check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
+    unknown = set(profiles) - known
+    if unknown:
+        raise ConfigurationError(
+            f"profiles name unknown tools {sorted(unknown)}; known tools: {sorted(known)}"
+        )
+    for name, profile in profiles.items():
+        missing = [f for f in profile.fallbacks if f not in known]
+        if missing:
+            raise ConfigurationError(
+                f"the fallback of {name!r} names unknown tools {missing}; "
+                f"pass the fallback tools in tools= too (known: {sorted(known)})"
+            )
+        if name in profile.fallbacks:
+            raise ConfigurationError(f"{name!r} cannot be its own fallback")
+    for start in profiles:  # a chain that comes back to its start is a cycle
+        path, frontier = [start], list(profiles[start].fallbacks)
+        while frontier:
+            nxt = frontier.pop()
+            if nxt == start:
+                raise ConfigurationError(
+                    f"fallback cycle through {start!r}: remove one of the fallbacks so the "
+                    "chain ends"
+                )
+            if nxt not in path:
+                path.append(nxt)
+                frontier.extend(profiles[nxt].fallbacks if nxt in profiles else ())
+
+
 def add_resilience(
     builder: StateGraph[Any, Any, Any, Any],
     *,
@@ -116,6 +155,10 @@ def add_resilience(
     repair_model: BaseChatModel | None = None,
     planner_model: BaseChatModel | None = None,
     escalate: bool = False,
+    breaker: BreakerConfig | None = _DEFAULT_BREAKER,
+    breaker_store: BreakerStore | None = None,
+    retry_budget: RetryBudget | None = None,
+    retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
 ) -> StateGraph[Any, Any, Any, Any]:
     """Wire guarded tool execution and the enabled recovery paths into `builder`.
 
@@ -137,6 +180,12 @@ def add_resilience(
             failures, loops and exhausted budgets (adds ``planner``/``executor``).
         escalate: interrupt for a human on POLICY/UNKNOWN failures and exhausted
             replans (adds ``escalate``); needs a checkpointer, as every interrupt.
+        breaker: the circuit breaker every tool (or ``ToolProfile.breaker_key``)
+            gets; None turns breakers off.
+        breaker_store: where breaker state lives: in-process by default; a
+            `PostgresBreakerStore` shares it across threads and worker processes.
+        retry_budget: an optional token bucket bounding retries to a fraction of
+            first attempts, per tool, across threads (`retry_budget_store` shares it).
 
     Returns the same builder, for chaining.
 
@@ -165,13 +214,12 @@ def add_resilience(
         can_repair=repair_model is not None,
         can_replan=planner_model is not None,
         can_escalate=escalate,
+        breaker=breaker,
+        breaker_store=breaker_store,
+        retry_budget=retry_budget,
+        retry_budget_store=retry_budget_store,
     )
-    unknown_profiles = set(profiles or {}) - set(tool_node.tools_by_name)
-    if unknown_profiles:
-        raise ConfigurationError(
-            f"profiles name unknown tools {sorted(unknown_profiles)}; "
-            f"known tools: {sorted(tool_node.tools_by_name)}"
-        )
+    _check_profiles(profiles or {}, set(tool_node.tools_by_name))
 
     def add(role: str, node: Any) -> None:
         builder.add_node(names[role], RunnableLambda(node.run, afunc=node.arun, name=names[role]))
@@ -196,6 +244,7 @@ def add_resilience(
                 tools_by_name=tool_node.tools_by_name,
                 policy=policy,
                 can_escalate=escalate,
+                breaker_states=tool_node.breaker_states,
                 messages_key=messages_key,
             ),
         )

@@ -86,6 +86,7 @@ def build_graph(
     repair_model: ScriptedChatModel | None = None,
     planner_model: ScriptedChatModel | None = None,
     escalate: bool = False,
+    options: dict[str, Any] | None = None,
     **compile_kwargs: Any,
 ) -> Harness:
     """Build the graph exactly as the README tells a user to."""
@@ -113,6 +114,7 @@ def build_graph(
         repair_model=repair_model,
         planner_model=planner_model,
         escalate=escalate,
+        **(options or {}),
     )
     app = builder.compile(checkpointer=checkpointer or InMemorySaver(), **compile_kwargs)
     return Harness(app=app, model=model, clock=clock)
