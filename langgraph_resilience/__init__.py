@@ -127,6 +127,8 @@ from langgraph_resilience.state import (
 )
 from langgraph_resilience.tools import (
     GuardedToolNode,
+    OutcomeUnknownError,
+    current_idempotency_key,
     tool_error_of,
 )
 from langgraph_resilience.wiring import (
@@ -159,6 +161,7 @@ __all__ = [
     "InMemoryRetryBudgetStore",
     "Ledger",
     "LoopDetectedError",
+    "OutcomeUnknownError",
     "OutputValidationError",
     "PartialResult",
     "Persistence",
@@ -196,6 +199,7 @@ __all__ = [
     "canonical_args",
     "classify",
     "compensate_thread",
+    "current_idempotency_key",
     "decide",
     "http_status",
     "idempotency_key",

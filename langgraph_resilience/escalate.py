@@ -17,6 +17,7 @@ same request and an ``error`` explaining what was wrong.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from langchain_core.messages import AnyMessage, ToolMessage
@@ -86,6 +87,10 @@ def _ask(request: dict[str, Any]) -> Resolution:
             request = {**request, "error": f"invalid answer {answer!r}: {problems}"}
 
 
+def _thread_id(config: RunnableConfig) -> str:
+    return str((config.get("configurable") or {}).get("thread_id", ""))
+
+
 def _answered(error: ToolError, resolution: Resolution, *, by: str) -> ToolMessage:
     decided = {"human_decision": resolution.action, "by": by}
     if resolution.note:
@@ -96,19 +101,26 @@ def _answered(error: ToolError, resolution: Resolution, *, by: str) -> ToolMessa
 class EscalateNode:
     """Asks a human about each call of the turn waiting for escalation, then applies it."""
 
-    def __init__(self, *, policy: ResiliencePolicy, messages_key: str = "messages") -> None:
+    def __init__(
+        self,
+        *,
+        policy: ResiliencePolicy,
+        compensate: Callable[[str], Any] | None = None,
+        messages_key: str = "messages",
+    ) -> None:
         self.policy = policy
+        self.compensate = compensate
         self.messages_key = messages_key
 
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Sync body (interrupt works the same from sync and async nodes)."""
-        return self.step(state)
+        return self.step(state, _thread_id(config))
 
     async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        """Async body."""
-        return self.step(state)
+        """Async body (compensation handlers are sync callables, run as they are)."""
+        return self.step(state, _thread_id(config))
 
-    def step(self, state: Any) -> dict[str, Any]:
+    def step(self, state: Any, thread_id: str = "") -> dict[str, Any]:
         """Escalate every waiting call, in call order; abort ends the thread."""
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
@@ -162,4 +174,15 @@ class EscalateNode:
         delta: Ledger = {"calls": updates, "events": {"escalation": len(waiting)}}
         if aborted:
             delta["aborted"] = True
+            report = self.compensate(thread_id) if self.compensate is not None else None
+            if report is not None:
+                emit(
+                    Event(
+                        "compensation",
+                        thread_id=thread_id,
+                        ok=report.ok,
+                        compensated=report.compensated,
+                        outstanding=report.outstanding,
+                    )
+                )
         return {self.messages_key: messages, "resilience": delta}

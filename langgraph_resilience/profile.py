@@ -66,6 +66,16 @@ class ToolProfile:
     max_wait: float | dt.timedelta = 0.0
     """Bulkhead: how long an excess call waits for a slot before failing TRANSIENT."""
 
+    status_check: Callable[[str], Any] | None = None
+    """For side effects: ``status_check(idempotency_key)`` asks the service whether the
+    effect happened. Return an `EffectStatus`, or the effect's result when done and
+    None when not. Without it an effect of unknown outcome is never re-run: a human
+    (or the agent) is asked."""
+
+    compensate: Callable[[str, Any], Any] | None = None
+    """For side effects: ``compensate(idempotency_key, recorded_result)`` undoes the
+    effect when the task is abandoned (run newest first, exactly once)."""
+
     @property
     def fallbacks(self) -> tuple[str, ...]:
         """`fallback` as a tuple of tool names."""
@@ -90,6 +100,11 @@ class ToolProfile:
             not all(isinstance(name, str) and name for name in self.fallbacks)
         ):
             raise ConfigurationError("ToolProfile.fallback must be a tool name or a list of names")
+        if (self.status_check is not None or self.compensate is not None) and not self.side_effect:
+            raise ConfigurationError(
+                "status_check and compensate only apply to side effects: "
+                "pass side_effect=True as well"
+            )
         if self.timeout is not None:
             object.__setattr__(self, "timeout", seconds(self.timeout, field="timeout"))
             if float(self.timeout) <= 0:  # type: ignore[arg-type]

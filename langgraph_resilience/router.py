@@ -120,6 +120,7 @@ def decide(
     repairs: int = 0,
     llm_calls: int = 0,
     can_repair: bool = False,
+    idempotent: bool = False,
 ) -> Decision:
     """Decide the next step after a failed execution.
 
@@ -127,7 +128,8 @@ def decide(
     `thread_attempts` every tool execution in the thread, `elapsed` the
     seconds since the thread's first tool call (None if unknown), `repairs`
     the reflection repairs spent on this call, `llm_calls` the thread's
-    recovery LLM calls.
+    recovery LLM calls. `idempotent` says side effects run under idempotency
+    keys, which is what makes retrying them safe.
     """
     if error.failure_class is FailureClass.SEMANTIC:
         return decide_repair(
@@ -138,9 +140,18 @@ def decide(
             profile=profile,
             can_repair=can_repair,
         )
-    if not error.retriable:
+    side_effect = profile is not None and profile.side_effect
+    reconcile = (
+        error.failure_class is FailureClass.UNKNOWN
+        and side_effect
+        and idempotent
+        and profile is not None
+        and profile.status_check is not None
+        and bool(error.context.get("maybe_executed"))
+    )
+    if not error.retriable and not reconcile:
         return Decision("agent")
-    if profile is not None and profile.side_effect:
+    if side_effect and not idempotent:
         # A side effect is never retried without an idempotency key.
         return Decision("agent", exhausted="side_effect")
     max_attempts = (
@@ -150,6 +161,8 @@ def decide(
     )
     if attempts >= max_attempts:
         return Decision("agent", exhausted="max_attempts")
+    if reconcile:  # the next run asks status_check under the same key: never blind
+        return Decision("retry", delay=0.0)
     if thread_attempts >= policy.max_tool_attempts:
         return Decision("agent", exhausted="max_tool_attempts")
     remaining = None

@@ -17,6 +17,8 @@ import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
+import inspect
+import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -39,7 +41,7 @@ from langgraph_resilience.breaker import (
     PostgresRetryBudgetStore,
     RetryBudget,
 )
-from langgraph_resilience.canonical import call_key
+from langgraph_resilience.canonical import call_key, canonical_args
 from langgraph_resilience.classify import DEFAULT_RULES, Rule, classify, unknown_tool_error
 from langgraph_resilience.clock import Clock
 from langgraph_resilience.errors import (
@@ -47,8 +49,20 @@ from langgraph_resilience.errors import (
     ExhaustionReason,
     FailureClass,
     ToolError,
+    ToolFailure,
 )
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.idempotency import (
+    CompensationReport,
+    EffectStatus,
+    IdempotencyStore,
+    InMemoryIdempotencyStore,
+    InMemorySagaLog,
+    SagaLog,
+    claim_action,
+    compensate_thread,
+    idempotency_key,
+)
 from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
@@ -66,7 +80,13 @@ from langgraph_resilience.state import (
 )
 from langgraph_resilience.validation import Coercion, check_output, coerce_args
 
-__all__ = ["GuardedToolNode", "error_message", "tool_error_of"]
+__all__ = [
+    "GuardedToolNode",
+    "OutcomeUnknownError",
+    "current_idempotency_key",
+    "error_message",
+    "tool_error_of",
+]
 
 _DUE_TOLERANCE = 1e-3
 """Seconds of clock skew within which a scheduled retry counts as due."""
@@ -80,6 +100,79 @@ class _Raised:
     executed: bool = True
     """False when the call was refused before reaching the tool (open breaker, full
     bulkhead): it spends no attempt."""
+
+
+_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "langgraph_resilience_idempotency_key", default=None
+)
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the side-effecting call running now, read inside the tool
+    (like LangGraph's ``get_config()``) so it can pass it on, e.g. as an
+    ``Idempotency-Key`` header. None outside a side-effecting call.
+
+    The key is not an argument: LangGraph's ToolNode strips caller-supplied values of
+    injected arguments, and the model must never see or forge it.
+    """
+    return _CURRENT_KEY.get()
+
+
+class OutcomeUnknownError(ToolFailure):
+    """An earlier run of this side effect left no outcome and there is no status_check:
+    it is not run again blindly (UNKNOWN, ``query_status``)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            FailureClass.UNKNOWN,
+            "an earlier attempt of this side effect may have happened and its outcome is "
+            "unknown; it was not run again. Check its status before retrying.",
+            suggested_action="query_status",
+            context={"idempotency_key": key},
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Effect:
+    key: str
+    thread_id: str
+    args_json: str
+    profile: ToolProfile
+
+
+def _effect_status(value: Any) -> EffectStatus:
+    """Accept an `EffectStatus`, a bool, None (not done) or the result itself (done)."""
+    if isinstance(value, EffectStatus):
+        return value
+    if value is None or value is False:
+        return EffectStatus(done=False)
+    if value is True:
+        return EffectStatus(done=True)
+    return EffectStatus(done=True, result=value)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def _outcome_of(result: ToolMessage | Command[Any]) -> Any:
+    return _jsonable(result.content) if isinstance(result, ToolMessage) else None
+
+
+def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False) -> ToolMessage:
+    """The answer for an effect that already happened: its recorded result, not a re-run."""
+    content = result if isinstance(result, str) else json.dumps(result, default=str)
+    how = "reconciled" if reconciled else "replayed"
+    return ToolMessage(
+        content=content,
+        name=call["name"],
+        tool_call_id=call["id"] or "",
+        response_metadata={"resilience": {how: True, "idempotency_key": key}},
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,6 +290,8 @@ class GuardedToolNode:
         breaker_store: BreakerStore | None = None,
         retry_budget: RetryBudget | None = None,
         retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
+        idempotency: IdempotencyStore | None = None,
+        saga: SagaLog | None = None,
     ) -> None:
         self.policy = policy
         self.clock = clock
@@ -213,6 +308,9 @@ class GuardedToolNode:
         self.retry_budget_store = retry_budget_store or (
             InMemoryRetryBudgetStore() if retry_budget is not None else None
         )
+        effects = any(p.side_effect for p in self.profiles.values())
+        self.idempotency = idempotency or (InMemoryIdempotencyStore() if effects else None)
+        self.saga = saga or (InMemorySagaLog() if effects else None)
         self._bulkheads = {
             name: Bulkhead(name, max_concurrent=p.max_concurrent, max_wait=p.max_wait)
             for name, p in self.profiles.items()
@@ -291,14 +389,16 @@ class GuardedToolNode:
         with bulkhead.slot() if bulkhead is not None else contextlib.nullcontext():
             try:
                 if timeout is None:
-                    return self._checked(call, execute(request))
-                return self._checked(call, _call_with_timeout(execute, request, timeout))
+                    return cast("ToolMessage | Command[Any]", execute(request))
+                return cast(
+                    "ToolMessage | Command[Any]", _call_with_timeout(execute, request, timeout)
+                )
             except ToolInvocationError:
                 fixed = self._coerced(call)
                 if fixed is None:
                     raise
                 result = execute(request.override(tool_call={**call, "args": fixed.args}))
-                return _with_coercions(self._checked(call, result), fixed)
+                return _with_coercions(result, fixed)
 
     async def _arun(
         self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
@@ -308,18 +408,135 @@ class GuardedToolNode:
         async with bulkhead.aslot() if bulkhead is not None else contextlib.nullcontext():
             try:
                 if timeout is None:
-                    return self._checked(call, await execute(request))
+                    return cast("ToolMessage | Command[Any]", await execute(request))
                 try:
                     result = await asyncio.wait_for(execute(request), timeout)
                 except TimeoutError as exc:
                     raise TimeoutError(f"tool did not finish within {timeout:g}s") from exc
-                return self._checked(call, result)
+                return cast("ToolMessage | Command[Any]", result)
             except ToolInvocationError:
                 fixed = self._coerced(call)
                 if fixed is None:
                     raise
                 result = await execute(request.override(tool_call={**call, "args": fixed.args}))
-                return _with_coercions(self._checked(call, result), fixed)
+                return _with_coercions(result, fixed)
+
+    # ------------------------------------------------------- exactly once
+
+    def _effect(self, call: ToolCall, request: ToolCallRequest) -> _Effect | None:
+        """The idempotency key and claim arguments of a side-effecting call, or None."""
+        profile = self.profiles.get(call["name"])
+        if profile is None or not profile.side_effect or self.idempotency is None:
+            return None
+        runtime = getattr(request, "runtime", None)
+        config = getattr(runtime, "config", None) or {}
+        thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
+        args = call["args"]
+        key = idempotency_key(
+            call["name"],
+            args,
+            thread_id=thread_id,
+            call_identity=call["id"] or "",
+            noise_fields=self.policy.noise_fields,
+        )
+        return _Effect(key, thread_id, canonical_args(args), profile)
+
+    def _once(
+        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        """Run a side effect at most once per idempotency key (see idempotency.py)."""
+        effect = self._effect(call, request)
+        if effect is None or self.idempotency is None:
+            return self._run(call, request, execute)
+        claim = self.idempotency.claim(
+            effect.key, tool=call["name"], args_json=effect.args_json, thread_id=effect.thread_id
+        )
+        action = claim_action(claim, can_check_status=effect.profile.status_check is not None)
+        if action == "replay":
+            return _replayed(call, claim.record.result, effect.key)
+        if action == "unknown":
+            raise OutcomeUnknownError(effect.key)
+        if action == "check_status" and effect.profile.status_check is not None:
+            status = _effect_status(effect.profile.status_check(effect.key))
+            if status.done:
+                self.idempotency.record_outcome(effect.key, _jsonable(status.result))
+                return _replayed(call, status.result, effect.key, reconciled=True)
+        token = _CURRENT_KEY.set(effect.key)
+        try:
+            result = self._run(call, request, execute)
+        except GraphBubbleUp:
+            self.idempotency.release(effect.key)  # paused before the effect: run it afresh
+            raise
+        except Exception as exc:
+            if not self._maybe_executed(call, exc):
+                self.idempotency.release(effect.key)
+            raise
+        finally:
+            _CURRENT_KEY.reset(token)
+        self.idempotency.record_outcome(effect.key, _outcome_of(result))
+        if effect.profile.compensate is not None and self.saga is not None:
+            self.saga.append(
+                effect.thread_id, key=effect.key, tool=call["name"], action="effect", status="done"
+            )
+        return result
+
+    async def _aonce(
+        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        """Async twin of `_once` (the store's async methods; a sync status_check runs as is)."""
+        effect = self._effect(call, request)
+        if effect is None or self.idempotency is None:
+            return await self._arun(call, request, execute)
+        claim = await self.idempotency.aclaim(
+            effect.key, tool=call["name"], args_json=effect.args_json, thread_id=effect.thread_id
+        )
+        action = claim_action(claim, can_check_status=effect.profile.status_check is not None)
+        if action == "replay":
+            return _replayed(call, claim.record.result, effect.key)
+        if action == "unknown":
+            raise OutcomeUnknownError(effect.key)
+        if action == "check_status" and effect.profile.status_check is not None:
+            checked = effect.profile.status_check(effect.key)
+            if inspect.isawaitable(checked):
+                checked = await checked
+            status = _effect_status(checked)
+            if status.done:
+                await self.idempotency.arecord_outcome(effect.key, _jsonable(status.result))
+                return _replayed(call, status.result, effect.key, reconciled=True)
+        token = _CURRENT_KEY.set(effect.key)
+        try:
+            result = await self._arun(call, request, execute)
+        except GraphBubbleUp:
+            await self.idempotency.arelease(effect.key)
+            raise
+        except Exception as exc:
+            if not self._maybe_executed(call, exc):
+                await self.idempotency.arelease(effect.key)
+            raise
+        finally:
+            _CURRENT_KEY.reset(token)
+        await self.idempotency.arecord_outcome(effect.key, _outcome_of(result))
+        if effect.profile.compensate is not None and self.saga is not None:
+            await self.saga.aappend(
+                effect.thread_id, key=effect.key, tool=call["name"], action="effect", status="done"
+            )
+        return result
+
+    def _maybe_executed(self, call: ToolCall, exc: BaseException) -> bool:
+        """A lost response (timeout, 5xx other than 429/503) may hide a done effect: the
+        intent stays pending. A refusal before the effect releases the key for a retry."""
+        profile = self.profiles.get(call["name"])
+        verdict = classify(exc, profile=profile, rules=self.rules)
+        return verdict.failure_class is FailureClass.UNKNOWN
+
+    def compensate_thread(self, thread_id: str) -> CompensationReport | None:
+        """Undo the thread's recorded side effects, newest first, exactly once each."""
+        compensators = {n: p.compensate for n, p in self.profiles.items() if p.compensate}
+        if not compensators or self.idempotency is None or self.saga is None:
+            return None
+        return compensate_thread(
+            thread_id, store=self.idempotency, saga=self.saga, compensators=compensators
+        )
 
     def _wrap(
         self,
@@ -337,13 +554,13 @@ class GuardedToolNode:
                 return self._refused(call, key, admission.retry_after)
             admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
-            result = self._run(call, request, execute)
-        except (GraphBubbleUp, BulkheadFullError) as exc:
+            result = self._checked(call, self._once(call, request, execute))
+        except (GraphBubbleUp, BulkheadFullError, OutcomeUnknownError) as exc:
             if admitted is not None and self.breaker is not None:
                 self.breaker_store.release(
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
                 )
-            if isinstance(exc, BulkheadFullError):
+            if isinstance(exc, BulkheadFullError | OutcomeUnknownError):
                 return self._raised(call, exc, executed=False)
             raise
         except Exception as exc:
@@ -369,13 +586,13 @@ class GuardedToolNode:
                 return self._refused(call, key, admission.retry_after)
             admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
-            result = await self._arun(call, request, execute)
-        except (GraphBubbleUp, BulkheadFullError) as exc:
+            result = self._checked(call, await self._aonce(call, request, execute))
+        except (GraphBubbleUp, BulkheadFullError, OutcomeUnknownError) as exc:
             if admitted is not None and self.breaker is not None:
                 await self.breaker_store.arelease(
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
                 )
-            if isinstance(exc, BulkheadFullError):
+            if isinstance(exc, BulkheadFullError | OutcomeUnknownError):
                 return self._raised(call, exc, executed=False)
             raise
         except Exception as exc:
@@ -637,6 +854,7 @@ class GuardedToolNode:
             repairs=record.get("repairs", 0),
             llm_calls=int(step.ledger.get("llm_calls") or 0),
             can_repair=self.can_repair,
+            idempotent=self.idempotency is not None,
         )
         if decision.route == "retry" and not self._withdraw(call["name"], now):
             decision = Decision("agent", exhausted="retry_budget")

@@ -37,6 +37,7 @@ from langgraph_resilience.classify import DEFAULT_RULES, Rule
 from langgraph_resilience.clock import Clock, SystemClock
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.escalate import EscalateNode
+from langgraph_resilience.idempotency import IdempotencyStore, SagaLog
 from langgraph_resilience.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
@@ -159,6 +160,8 @@ def add_resilience(
     breaker_store: BreakerStore | None = None,
     retry_budget: RetryBudget | None = None,
     retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
+    idempotency: IdempotencyStore | None = None,
+    saga: SagaLog | None = None,
 ) -> StateGraph[Any, Any, Any, Any]:
     """Wire guarded tool execution and the enabled recovery paths into `builder`.
 
@@ -186,6 +189,12 @@ def add_resilience(
             `PostgresBreakerStore` shares it across threads and worker processes.
         retry_budget: an optional token bucket bounding retries to a fraction of
             first attempts, per tool, across threads (`retry_budget_store` shares it).
+        idempotency: the durable intent/outcome ledger of side effects
+            (``ToolProfile(side_effect=True)``); in-process by default, which is
+            exactly-once only within one process: pass ``Persistence.idempotency``
+            (Postgres or SQLite) so a crashed and resumed thread never repeats one.
+        saga: the log of compensable effects (``ToolProfile(compensate=...)``),
+            undone newest first when a human aborts; ``Persistence.saga`` to share it.
 
     Returns the same builder, for chaining.
 
@@ -218,6 +227,8 @@ def add_resilience(
         breaker_store=breaker_store,
         retry_budget=retry_budget,
         retry_budget_store=retry_budget_store,
+        idempotency=idempotency,
+        saga=saga,
     )
     _check_profiles(profiles or {}, set(tool_node.tools_by_name))
 
@@ -250,7 +261,14 @@ def add_resilience(
         )
         add("executor", PlanExecutorNode(messages_key=messages_key))
     if escalate:
-        add("escalate", EscalateNode(policy=policy, messages_key=messages_key))
+        add(
+            "escalate",
+            EscalateNode(
+                policy=policy,
+                compensate=tool_node.compensate_thread,
+                messages_key=messages_key,
+            ),
+        )
 
     onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
     onward.update({role: names[role] for role in roles})

@@ -1,0 +1,155 @@
+"""Side effects run exactly once: idempotency keys, reconciliation, compensation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
+from langgraph.types import Command
+
+from langgraph_resilience import EffectStatus, ToolProfile, current_idempotency_key
+from langgraph_resilience.testing import Fault, FaultyTool, text, tool_calls
+from tests.conftest import Runner, build_graph
+
+
+class Bank:
+    """A payment service that deduplicates nothing: every charge is a new payment."""
+
+    def __init__(self) -> None:
+        self.payments: list[tuple[str, int]] = []
+        self.refunds: list[str] = []
+
+    def status(self, key: str) -> EffectStatus:
+        done = [p for p in self.payments if p[0] == key]
+        return EffectStatus(done=bool(done), result=f"charged {done[0][1]}" if done else None)
+
+
+def make_charge(bank: Bank) -> Any:
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the customer's card."""
+        key = current_idempotency_key()
+        assert key is not None
+        bank.payments.append((key, amount))
+        return f"charged {amount}"
+
+    return charge
+
+
+def tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
+    return [m for m in state["messages"] if isinstance(m, ToolMessage)]
+
+
+def test_timeout_after_the_effect_is_reconciled_not_repeated(runner: Runner) -> None:
+    """The charge happens, the response is lost; status_check finds it: one payment."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.timeout(after_effect=True)])
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 30})), text("paid")],
+        profiles={"charge": ToolProfile(side_effect=True, status_check=bank.status)},
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "pay 30")]}, h.config())
+
+    assert len(bank.payments) == 1
+    assert charge.executions == 1
+    [message] = tool_messages(out)
+    assert (message.status, message.content) == ("success", "charged 30")
+    assert message.response_metadata["resilience"]["reconciled"] is True
+    key = bank.payments[0][0]
+    assert message.response_metadata["resilience"]["idempotency_key"] == key
+
+
+def test_unknown_outcome_without_status_check_is_never_rerun(runner: Runner) -> None:
+    """Without a way to ask, the effect of unknown outcome is not executed again."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.timeout(after_effect=True)])
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 30})), text("unsure")],
+        profiles={"charge": ToolProfile(side_effect=True)},
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "pay 30")]}, h.config())
+
+    assert len(bank.payments) == 1
+    [message] = tool_messages(out)
+    envelope = json.loads(str(message.content))
+    assert envelope["failure_class"] == "unknown"
+    assert envelope["suggested_action"] == "query_status"
+
+
+def test_refused_side_effect_is_retried_under_the_same_key(runner: Runner) -> None:
+    """A 503 before anything happened releases the key; the retry pays once."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.status(503)])
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 30})), text("paid")],
+        profiles={"charge": ToolProfile(side_effect=True, status_check=bank.status)},
+    )
+
+    runner.invoke(h.app, {"messages": [("user", "pay 30")]}, h.config())
+
+    assert charge.calls == 2
+    assert len(bank.payments) == 1
+
+
+def test_the_key_is_stable_across_retries_and_absent_outside_effects(runner: Runner) -> None:
+    """Both attempts of one call see the same key; nothing leaks outside the call."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.timeout(after_effect=True)])
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 5})), tool_calls(("charge", {"amount": 5})), text("x")],
+        profiles={"charge": ToolProfile(side_effect=True, status_check=lambda k: None)},
+    )
+
+    runner.invoke(h.app, {"messages": [("user", "pay")]}, h.config())
+
+    keys = [key for key, _ in bank.payments]
+    assert len(keys) == 3  # call 1 ran, was reconciled as not done, ran again; call 2 ran
+    assert keys[0] == keys[1] != keys[2]
+    assert current_idempotency_key() is None
+
+
+def test_abort_compensates_effects_newest_first(runner: Runner) -> None:
+    """Three charges, then a refusal escalated and aborted: three refunds, in reverse."""
+    bank = Bank()
+    charge = make_charge(bank)
+
+    def refund(key: str, result: Any) -> str:
+        bank.refunds.append(key)
+        return "refunded"
+
+    @tool
+    def ship(order: str) -> str:
+        """Ship the order."""
+        return "shipped"
+
+    blocked = FaultyTool(ship, [Fault.status(403)])
+    script = [
+        tool_calls(("charge", {"amount": 1})),
+        tool_calls(("charge", {"amount": 2})),
+        tool_calls(("charge", {"amount": 3})),
+        tool_calls(("ship", {"order": "o1"})),
+        text("unreachable"),
+    ]
+    h = build_graph(
+        [charge, blocked],
+        script,
+        escalate=True,
+        profiles={"charge": ToolProfile(side_effect=True, compensate=refund)},
+    )
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "buy")]}, config)
+
+    out = runner.invoke(h.app, Command(resume={"action": "abort"}), config)
+
+    assert out["resilience"]["aborted"] is True
+    keys = [key for key, _ in bank.payments]
+    assert bank.refunds == list(reversed(keys))
+    assert [amount for _, amount in bank.payments] == [1, 2, 3]
