@@ -1,74 +1,387 @@
-"""The command a user runs first: `langgraph-resilience demo`, as a real subprocess."""
+"""The `langgraph-resilience` command, run as real subprocesses.
+
+Each CLI process spends seconds importing LangGraph, so the independent scenarios
+(a full demo, a crash and its resume, an escalation answered later, a bad DSN)
+start together in a module fixture, and each test waits for the one it checks.
+Checks that need no process of their own (listings, refused answers, argument
+mistakes, a runner refused while this process holds the thread) call `main()`
+here, at the point of the scenario they inspect.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import io
 import json
 import os
 import pathlib
+import signal
+import sqlite3
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import psycopg
 import pytest
 
+from langgraph_resilience.cli import main
+from langgraph_resilience.persistence import open_sqlite
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+PASSWORD = "s3cr3t-pw"
+
+Result = subprocess.CompletedProcess[str]
 
 
-def run_cli(*args: str, state: pathlib.Path) -> subprocess.CompletedProcess[str]:
+def start(*args: str, state: pathlib.Path, dsn: str | None = None) -> subprocess.Popen[str]:
+    """Start ``python -m langgraph_resilience ARGS`` with its state under `state`."""
     env = {**os.environ, "XDG_STATE_HOME": str(state), "COLUMNS": "160"}
     env.pop("LANGGRAPH_RESILIENCE_DSN", None)
-    return subprocess.run(
+    if dsn is not None:
+        env["LANGGRAPH_RESILIENCE_DSN"] = dsn
+    return subprocess.Popen(
         [sys.executable, "-m", "langgraph_resilience", *args],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
     )
 
 
-def test_demo_recovers_transients_and_envelopes_the_rest(tmp_path: pathlib.Path) -> None:
-    """demo exits 0; transients are retried to success, policy and structural are enveloped."""
-    result = run_cli("demo", "--json", state=tmp_path)
+def finish(process: subprocess.Popen[str]) -> Result:
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
+
+def run_cli(*args: str, state: pathlib.Path, dsn: str | None = None) -> Result:
+    return finish(start(*args, state=state, dsn=dsn))
+
+
+_IN_PROCESS = threading.Lock()
+
+
+def run_here(*args: str) -> Result:
+    """Run `main(args)` in this process: quick, for checks that need no process of
+    their own. Serialized, since it redirects this process's stdout and stderr."""
+    out, err = io.StringIO(), io.StringIO()
+    with _IN_PROCESS, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own errors
+            code = int(exc.code or 0)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def sqlite_dir(state: pathlib.Path) -> str:
+    """The --state-dir of a scenario's state (what XDG_STATE_HOME implies)."""
+    return str(state / "langgraph-resilience")
+
+
+def json_lines(result: Result) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def summary_of(result: Result) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
-    ledger = lines[-1]["ledger"]
-    by_tool = {record["tool"]: record for record in ledger["calls"].values()}
-    assert by_tool["lookup_order"]["attempts"] == 3
-    assert by_tool["lookup_order"]["status"] == "ok"
-    assert by_tool["track_shipment"]["status"] == "ok"
-    assert by_tool["refund"]["attempts"] == 1
-    assert by_tool["refund"]["error"]["failure_class"] == "policy"
-    assert by_tool["escalate_to_human"]["error"]["failure_class"] == "structural"
-    assert (tmp_path / "langgraph-resilience" / "threads.sqlite").exists()
+    summary = json_lines(result)[-1]
+    assert summary["kind"] == "summary"
+    return summary
 
 
-def test_demo_prints_a_readable_summary(tmp_path: pathlib.Path) -> None:
-    """The text output names each failure's class and the path that handled it."""
-    result = run_cli("demo", state=tmp_path)
+def state_file(state: pathlib.Path) -> pathlib.Path:
+    return state / "langgraph-resilience" / "threads.sqlite"
 
-    assert result.returncode == 0, result.stderr
-    assert "classified TRANSIENT" in result.stdout
-    assert "classified POLICY" in result.stdout
-    assert "retry with backoff" in result.stdout
+
+def effects_in_sqlite(state: pathlib.Path, thread_id: str) -> list[tuple[str, str]]:
+    """The demo back office's log: one (kind, idempotency key) row per execution."""
+    with sqlite3.connect(state_file(state)) as conn:
+        rows = conn.execute(
+            "SELECT kind, idempotency_key FROM lgr_demo_effects WHERE thread_id = ? ORDER BY id",
+            (thread_id,),
+        ).fetchall()
+    return [(str(kind), str(key)) for kind, key in rows]
+
+
+def assert_one_line_error(result: Result, *needles: str) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
 
 
-@pytest.mark.parametrize(
-    "dsn",
-    [
-        "postgresql://app:s3cr3t-pw@127.0.0.1:1/nowhere",
-        "postgresql://app:s3cr3t-pw@127.0.0.1:5432/no_such_database_xyz",
-    ],
-)
-def test_bad_dsn_is_one_line_exit_2_without_password(tmp_path: pathlib.Path, dsn: str) -> None:
+# ------------------------------------------------------------------ scenarios
+
+
+def full_demo(state: pathlib.Path) -> dict[str, Any]:
+    return {"demo": run_cli("demo", "--json", state=state), "state": state}
+
+
+def crash_and_resume(state: pathlib.Path) -> dict[str, Any]:
+    """Killed right after the refund happened; listed; a concurrent runner refused;
+    resumed by another process; listed again; a stray answer refused."""
+    out: dict[str, Any] = {
+        "crash": run_cli("demo", "--crash-at", "refund", "--thread-id", "t-crash", state=state),
+        "state": state,
+    }
+    where = ("--state-dir", sqlite_dir(state))
+    out["effects_after_crash"] = effects_in_sqlite(state, "t-crash")
+    out["threads_after_crash"] = run_here("threads", "--json", *where)
+    with open_sqlite(state_file(state)) as p, p.thread_lock("t-crash"):
+        out["busy"] = run_here("resume", "t-crash", *where)
+    out["resume"] = run_cli("resume", "t-crash", state=state)
+    out["effects"] = effects_in_sqlite(state, "t-crash")
+    out["threads"] = run_here("threads", *where)
+    out["stray_answer"] = run_here("resume", "t-crash", "--skip", *where)
+    return out
+
+
+def answer_later(state: pathlib.Path) -> dict[str, Any]:
+    """Paused at the escalation (listed; resumed without an answer: refused), then
+    approved by another process."""
+    out: dict[str, Any] = {
+        "pause": run_cli("demo", "--pause", "--json", "--thread-id", "t-pause", state=state),
+        "state": state,
+    }
+    where = ("--state-dir", sqlite_dir(state))
+    out["threads_paused"] = run_here("threads", "--json", *where)
+    out["no_answer"] = run_here("resume", "t-pause", *where)
+    out["approve"] = run_cli("resume", "t-pause", "--approve", "--json", state=state)
+    out["effects"] = effects_in_sqlite(state, "t-pause")
+    return out
+
+
+def bad_dsn(state: pathlib.Path) -> dict[str, Any]:
+    dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:1/nowhere"
+    return {"demo": run_cli("demo", "--dsn", dsn, state=state)}
+
+
+SCENARIOS: dict[str, Callable[[pathlib.Path], dict[str, Any]]] = {
+    "crash": crash_and_resume,
+    "answer_later": answer_later,
+    "full_demo": full_demo,
+    "bad_dsn": bad_dsn,
+}
+
+Futures = dict[str, concurrent.futures.Future[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def scenarios(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Futures]:
+    """Every scenario runs concurrently, each in its own state directory."""
+    with (
+        pytest.MonkeyPatch.context() as env,
+        concurrent.futures.ThreadPoolExecutor(max_workers=len(SCENARIOS)) as pool,
+    ):
+        env.delenv("LANGGRAPH_RESILIENCE_DSN", raising=False)  # main() here uses SQLite
+        yield {
+            name: pool.submit(scenario, tmp_path_factory.mktemp(name))
+            for name, scenario in SCENARIOS.items()
+        }
+
+
+def outcome(scenarios: Futures, name: str) -> dict[str, Any]:
+    return scenarios[name].result(timeout=300)
+
+
+# ------------------------------------------------------------------ tests
+
+
+@pytest.mark.postgres
+def test_crash_and_resume_on_postgres(
+    tmp_path: pathlib.Path, pg_dsn: str, scenarios: Futures
+) -> None:
+    """The same crash and resume on Postgres (--dsn, then LANGGRAPH_RESILIENCE_DSN).
+
+    First in the file, and asking for `scenarios`, so the SQLite scenarios run meanwhile.
+    """
+    crash = run_cli(
+        "demo", "--dsn", pg_dsn, "--crash-at", "refund", "--thread-id", "t-pg", state=tmp_path
+    )
+    assert crash.returncode == -signal.SIGKILL, crash.stderr
+
+    resumed = run_cli("resume", "t-pg", "--json", state=tmp_path, dsn=pg_dsn)
+
+    summary = summary_of(resumed)
+    assert summary["state"] == "done"
+    assert [(e["kind"], e["executions"]) for e in summary["effects"]] == [("refund", 1)]
+    refund = next(c for c in summary["calls"] if c["call_id"] == "call_refund")
+    assert refund["recovery"] == "reconcile"
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT kind FROM lgr_demo_effects WHERE thread_id = 't-pg'")
+        assert [row[0] for row in rows] == ["refund"]
+    listed = run_here("threads", "--json", "--dsn", pg_dsn)
+    [thread] = json.loads(listed.stdout)["threads"]
+    assert (thread["thread_id"], thread["state"]) == ("t-pg", "done")
+    assert not (tmp_path / "langgraph-resilience").exists()  # nothing went to SQLite
+
+
+def test_demo_recovers_or_escalates_every_failure_class(scenarios: Futures) -> None:
+    """demo exits 0; its JSON summary shows each class taken by the path designed for it."""
+    out = outcome(scenarios, "full_demo")
+    result = out["demo"]
+    summary = summary_of(result)
+
+    assert summary["state"] == "done"
+    paths = {
+        (call["failure_class"], call["recovery"])
+        for call in summary["calls"]
+        if call["recovery"] not in ("none", "plan_step")
+    }
+    assert paths == {
+        ("transient", "retry"),
+        ("semantic", "repair"),
+        ("semantic", "coercion"),
+        ("structural", "fallback"),
+        ("structural", "replan"),
+        ("policy", "escalation"),
+        ("unknown", "reconcile"),
+    }
+    calls = {call["call_id"]: call for call in summary["calls"]}
+    assert calls["call_lookup"]["backoff_s"] == 2.0  # Retry-After: 2 honoured
+    assert calls["call_stock"]["classes"] == ["transient", "transient", "structural"]
+    assert calls["call_policy"]["llm_calls"] == 1
+    assert calls["call_credit"]["ok"] is False  # declined: the non-interactive default
+    assert all(c["ok"] for c in summary["calls"] if c["call_id"] != "call_credit")
+    assert [(e["kind"], e["executions"]) for e in summary["effects"]] == [("refund", 1)]
+    assert summary["exactly_once"] is True
+    lines = json_lines(result)
+    assert any(line.get("resilience") == "breaker" and line["to_state"] == "open" for line in lines)
+    [answer] = [line for line in lines if line["kind"] == "answer"]
+    assert answer["answer"]["action"] == "skip"
+    assert state_file(out["state"]).exists()
+
+
+def test_demo_text_explains_each_call(scenarios: Futures) -> None:
+    """The text output names each failure's class, its recovery path and the crash."""
+    out = outcome(scenarios, "crash")
+    crash, resumed = out["crash"], out["resume"]
+
+    for text in ("→ TRANSIENT", "→ SEMANTIC", "→ STRUCTURAL", "→ POLICY", "Retry-After"):
+        assert text in crash.stdout
+    for text in ("coercion", "repair model", "circuit breaker", "plan verified", "skip"):
+        assert text in crash.stdout
+    assert "Every tool call" in resumed.stdout
+    assert "Traceback" not in crash.stderr + resumed.stderr
+
+
+def test_crash_after_the_effect_then_resume_refunds_exactly_once(scenarios: Futures) -> None:
+    """Killed after the refund and before the checkpoint, resumed by another process:
+    the refund is reconciled through status_check, never executed a second time."""
+    out = outcome(scenarios, "crash")
+
+    crash = out["crash"]
+    assert crash.returncode == -signal.SIGKILL, crash.stderr
+    assert "killed at refund" in crash.stdout
+    assert "langgraph-resilience resume t-crash" in crash.stdout
+    assert [kind for kind, _ in out["effects_after_crash"]] == ["refund"]
+
+    resumed = out["resume"]
+    assert resumed.returncode == 0, resumed.stderr
+    assert "reconciled, not run again" in resumed.stdout
+    assert "every side effect ran exactly once" in resumed.stdout
+    assert out["effects"] == out["effects_after_crash"]
+
+
+def test_threads_lists_a_killed_thread_as_pending_then_done(scenarios: Futures) -> None:
+    """threads shows where the killed thread stopped and its unknown effect, then done."""
+    out = outcome(scenarios, "crash")
+
+    [thread] = json.loads(out["threads_after_crash"].stdout)["threads"]
+    assert thread["thread_id"] == "t-crash"
+    assert (thread["state"], thread["next"]) == ("pending", ["tools"])
+    assert thread["effects"]["pending"] == 1
+    assert "unknown outcome" in thread["why"]
+    assert thread["resume"].startswith("langgraph-resilience resume t-crash --state-dir")
+
+    table = out["threads"]
+    assert table.returncode == 0, table.stderr
+    assert "t-crash" in table.stdout
+    assert "done" in table.stdout
+
+
+def test_threads_says_why_a_thread_waits(scenarios: Futures) -> None:
+    """An interrupted thread is listed with the tool, the class and the reason."""
+    [thread] = json.loads(outcome(scenarios, "answer_later")["threads_paused"].stdout)["threads"]
+
+    assert thread["state"] == "interrupted"
+    assert "goodwill_credit (policy)" in thread["why"]
+    assert "supervisor's approval" in thread["why"]
+    assert thread["resume"].startswith("langgraph-resilience resume t-pause")
+    assert thread["resume"].endswith("--approve|--skip|--edit JSON|--abort")
+
+
+def test_a_second_runner_of_a_thread_is_refused(scenarios: Futures) -> None:
+    """While another process holds the thread, resume is one line and exit code 2."""
+    assert_one_line_error(outcome(scenarios, "crash")["busy"], "being run by another process")
+
+
+def test_paused_escalation_is_answered_by_a_later_process(scenarios: Futures) -> None:
+    """--pause leaves the POLICY escalation waiting; resume without an answer is refused;
+    resume --approve grants it and each side effect then runs exactly once."""
+    out = outcome(scenarios, "answer_later")
+
+    paused = summary_of(out["pause"])
+    assert paused["state"] == "interrupted"
+    assert [(w["tool"], w["reason"]) for w in paused["waiting_for"]] == [
+        ("goodwill_credit", "policy")
+    ]
+    assert_one_line_error(out["no_answer"], "waits for a human", "--approve")
+
+    approved = summary_of(out["approve"])
+    assert approved["state"] == "done"
+    credit = next(c for c in approved["calls"] if c["call_id"] == "call_credit")
+    assert (credit["recovery"], credit["ok"]) == ("escalation", True)
+    assert sorted(kind for kind, _ in out["effects"]) == ["goodwill_credit", "refund"]
+    assert approved["exactly_once"] is True
+
+
+def test_unreachable_dsn_is_one_line_exit_2_without_password(scenarios: Futures) -> None:
     """An unreachable DSN gives one error line, exit code 2, and never the password."""
-    result = run_cli("demo", "--dsn", dsn, state=tmp_path)
+    result = outcome(scenarios, "bad_dsn")["demo"]
 
-    assert result.returncode == 2
-    assert len(result.stderr.strip().splitlines()) == 1
-    assert "s3cr3t-pw" not in result.stderr + result.stdout
-    assert "Traceback" not in result.stderr
+    assert_one_line_error(result, "cannot connect to PostgreSQL", "app:***@")
+    assert PASSWORD not in result.stderr + result.stdout
+
+
+BAD_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "refused login": (
+        ("threads", "--dsn", f"postgresql://app:{PASSWORD}@127.0.0.1:5432/no_such_db"),
+        ("PostgreSQL", "app:***@"),
+    ),
+    "unknown thread": (("resume", "no-such-thread"), ("no thread 'no-such-thread'",)),
+    "invalid --edit": (("resume", "t", "--edit", "{amount: 10"), ("--edit: invalid JSON",)),
+    "--edit not an object": (("resume", "t", "--edit", "[10]"), ("JSON object",)),
+    "bad --crash-at": (("demo", "--crash-at", "lunch"), ("not a crash point",)),
+    "two answers": (("resume", "t", "--approve", "--skip"), ("not allowed with",)),
+    "unusable state dir": (("threads", "--state-dir", "/proc/no/such"), ("SQLite state file",)),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_exit_2(tmp_path: pathlib.Path, case: str) -> None:
+    """A user mistake gives one error line, exit code 2, no traceback, never a password."""
+    args, needles = BAD_INPUTS[case]
+    where = () if "--state-dir" in args else ("--state-dir", str(tmp_path))
+    result = run_here(*args, *where)
+
+    assert_one_line_error(result, *needles)
+    assert PASSWORD not in result.stderr + result.stdout
+
+
+def test_an_answer_for_a_thread_without_escalation_is_refused(scenarios: Futures) -> None:
+    """--skip on a thread that waits for nobody is one line and exit code 2."""
+    result = outcome(scenarios, "crash")["stray_answer"]
+
+    assert_one_line_error(result, "no pending escalation", "--skip")
 
 
 def test_readme_commands_are_what_ci_runs() -> None:

@@ -1,0 +1,152 @@
+"""A user process for the exactly-once tests: a payment agent on Postgres.
+
+``start`` runs a new thread and, with ``--kill-at``, hangs at that point (after
+writing a marker file) so the test can SIGKILL it: ``before`` the payment row is
+inserted, ``after`` it is inserted but before the tools step is checkpointed, or
+once the tools step ``completed``. ``resume`` continues the thread by thread_id
+under the thread lock and prints JSON (``{"busy": true}`` if another runner holds it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import pathlib
+import sys
+import time
+from typing import Any
+
+import psycopg
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
+from langgraph.graph import START, MessagesState, StateGraph
+
+from langgraph_resilience import (
+    EffectStatus,
+    Persistence,
+    ResilienceState,
+    ThreadBusyError,
+    ToolProfile,
+    add_resilience,
+    aopen_postgres,
+    aresume,
+    current_idempotency_key,
+    open_postgres,
+    resume,
+)
+from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
+
+
+class State(MessagesState, ResilienceState):
+    pass
+
+
+def hang(marker: pathlib.Path, what: str) -> None:
+    marker.write_text(what)
+    time.sleep(120)  # the test SIGKILLs the process here: a real hang, not a clock
+
+
+def build(dsn: str, p: Persistence, *, kill_at: str, marker: pathlib.Path, slow: bool) -> Any:
+    def agent_turn(messages: list[BaseMessage]) -> AIMessage:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            if kill_at == "completed":
+                hang(marker, "completed")
+            return text("paid")
+        return tool_calls(("charge", {"amount": 30}))
+
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the customer's card."""
+        if kill_at == "before":
+            hang(marker, "before")
+        if slow:
+            marker.write_text("running")
+            time.sleep(3)  # holds the thread lock while a second runner tries
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO payments (key, amount) VALUES (%s, %s)",
+                (current_idempotency_key(), amount),
+            )
+        if kill_at == "after":
+            hang(marker, "after")
+        return f"charged {amount}"
+
+    def status(key: str) -> EffectStatus:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute("SELECT amount FROM payments WHERE key = %s", (key,)).fetchone()
+        return EffectStatus(done=row is not None, result=f"charged {row[0]}" if row else None)
+
+    model = ScriptedChatModel(responses=[agent_turn] * 4)
+    builder = StateGraph(State)
+    builder.add_node(
+        "agent",
+        RunnableLambda(
+            lambda s: {"messages": [model.invoke(s["messages"])]},
+            afunc=lambda s: _acall(model, s),
+        ),
+    )
+    builder.add_edge(START, "agent")
+    add_resilience(
+        builder,
+        agent="agent",
+        tools=[charge],
+        clock=FakeClock(epoch=time.time()),
+        profiles={"charge": ToolProfile(side_effect=True, status_check=status)},
+        idempotency=p.idempotency,
+        saga=p.saga,
+    )
+    return builder.compile(checkpointer=p.checkpointer, store=p.store)
+
+
+async def _acall(model: ScriptedChatModel, state: Any) -> dict[str, Any]:
+    return {"messages": [await model.ainvoke(state["messages"])]}
+
+
+def summary(state: Any) -> dict[str, Any]:
+    return {"next": list(state.next), "last": state.values["messages"][-1].content}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("phase", choices=["start", "resume"])
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--thread", required=True)
+    parser.add_argument("--marker", required=True)
+    parser.add_argument("--kill-at", choices=["before", "after", "completed", "none"])
+    parser.add_argument("--mode", choices=["sync", "async"], default="sync")
+    parser.add_argument("--slow", action="store_true")
+    args = parser.parse_args()
+    kill_at = args.kill_at if args.phase == "start" else "none"
+    marker = pathlib.Path(args.marker)
+    config = {"configurable": {"thread_id": args.thread}}
+    inp = {"messages": [("user", "pay 30")]}
+    try:
+        if args.mode == "sync":
+            with open_postgres(args.dsn) as p:
+                app = build(args.dsn, p, kill_at=kill_at, marker=marker, slow=args.slow)
+                if args.phase == "start":
+                    app.invoke(inp, config)
+                else:
+                    resume(app, args.thread, lock=p)
+                result = summary(app.get_state(config))
+        else:
+
+            async def run() -> dict[str, Any]:
+                async with aopen_postgres(args.dsn) as p:
+                    app = build(args.dsn, p, kill_at=kill_at, marker=marker, slow=args.slow)
+                    if args.phase == "start":
+                        await app.ainvoke(inp, config)
+                    else:
+                        await aresume(app, args.thread, lock=p)
+                    return summary(await app.aget_state(config))
+
+            result = asyncio.run(run())
+    except ThreadBusyError:
+        result = {"busy": True}
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

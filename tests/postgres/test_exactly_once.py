@@ -1,0 +1,186 @@
+"""Exactly-once side effects across SIGKILL, resume by thread_id and concurrent runners."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
+from langgraph.graph import START, StateGraph
+
+from langgraph_resilience import (
+    EffectStatus,
+    ToolProfile,
+    add_resilience,
+    current_idempotency_key,
+    open_postgres,
+)
+from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, ScriptedChatModel, text
+from langgraph_resilience.testing import tool_calls as calls
+from tests.conftest import State
+
+WORKER = pathlib.Path(__file__).with_name("effect_worker.py")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def _prepare(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE payments (id serial PRIMARY KEY, key text, amount int)")
+
+
+def _payments(dsn: str) -> list[tuple[str, int]]:
+    with psycopg.connect(dsn) as conn:
+        return [(k, a) for k, a in conn.execute("SELECT key, amount FROM payments").fetchall()]
+
+
+def _spawn(*args: str, killed: bool = False) -> subprocess.Popen[str]:
+    """Start a worker; one that will be killed gets no pipes, so none is left unclosed."""
+    stream = subprocess.DEVNULL if killed else subprocess.PIPE
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=stream,
+        stderr=stream,
+        text=True,
+    )
+
+
+def _wait_for(marker: pathlib.Path, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 90
+    while not marker.exists():
+        assert process.poll() is None, "the worker exited before the kill point"
+        assert time.monotonic() < deadline, "the worker never reached the kill point"
+        time.sleep(0.05)  # polling a real subprocess, not standing in for a clock
+
+
+def _finish(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("kill_at", ["before", "after", "completed"])
+def test_sigkill_anywhere_leaves_exactly_one_payment(
+    pg_dsn: str, tmp_path: pathlib.Path, kill_at: str, mode: str
+) -> None:
+    """Killed before the effect, after it (before the checkpoint) or after the step:
+    resuming by thread_id in a new process ends with one payment and a finished thread."""
+    _prepare(pg_dsn)
+    thread, marker = uuid.uuid4().hex, tmp_path / "marker"
+    common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(marker), "--mode", mode]
+    first = _spawn("start", *common, "--kill-at", kill_at, killed=True)
+    _wait_for(marker, first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    expected_before = 0 if kill_at == "before" else 1
+    assert len(_payments(pg_dsn)) == expected_before
+
+    result = _finish(_spawn("resume", *common))
+
+    assert result == {"next": [], "last": "paid"}
+    [(key, amount)] = _payments(pg_dsn)
+    assert amount == 30
+    assert key
+
+
+def test_two_runners_on_one_thread_one_gets_thread_busy(
+    pg_dsn: str, tmp_path: pathlib.Path
+) -> None:
+    """Two processes resume the same thread at once: one runs, the other is refused."""
+    _prepare(pg_dsn)
+    thread, crash = uuid.uuid4().hex, tmp_path / "crash"
+    start = _spawn(
+        *["start", "--dsn", pg_dsn, "--thread", thread, "--marker", str(crash)],
+        *["--kill-at", "before"],
+        killed=True,
+    )
+    _wait_for(crash, start)
+    start.send_signal(signal.SIGKILL)
+    start.wait(timeout=30)
+
+    running = tmp_path / "running"
+    common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(running)]
+    a = _spawn("resume", *common, "--slow")
+    _wait_for(running, a)
+    b = _finish(_spawn("resume", *common))
+
+    assert b == {"busy": True}
+    assert _finish(a) == {"next": [], "last": "paid"}
+    assert len(_payments(pg_dsn)) == 1
+
+
+def test_hundred_threads_on_one_pool_lose_nothing_and_pay_once(pg_dsn: str) -> None:
+    """100 concurrent threads, each losing its first response after the effect: every
+    thread finishes and every payment happens exactly once."""
+    _prepare(pg_dsn)
+
+    def turn(messages: list[BaseMessage]) -> AIMessage:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            return text("paid")
+        return calls(("charge", {"amount": 7}))
+
+    @tool
+    def pay(amount: int) -> str:
+        """Charge the customer's card."""
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO payments (key, amount) VALUES (%s, %s)",
+                (current_idempotency_key(), amount),
+            )
+        return f"charged {amount}"
+
+    def status(key: str) -> EffectStatus:
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute("SELECT amount FROM payments WHERE key = %s", (key,)).fetchone()
+        return EffectStatus(done=row is not None, result="charged 7" if row else None)
+
+    with open_postgres(pg_dsn, max_size=20) as p:
+
+        def run(i: int) -> str:
+            model = ScriptedChatModel(responses=[turn] * 3)
+            charge = FaultyTool(pay, [Fault.timeout(after_effect=True)], name="charge")
+            builder = StateGraph(State)
+            builder.add_node(
+                "agent", RunnableLambda(lambda s: {"messages": [model.invoke(s["messages"])]})
+            )
+            builder.add_edge(START, "agent")
+            add_resilience(
+                builder,
+                agent="agent",
+                tools=[charge],
+                clock=FakeClock(),
+                profiles={"charge": ToolProfile(side_effect=True, status_check=status)},
+                idempotency=p.idempotency,
+            )
+            app = builder.compile(checkpointer=p.checkpointer)
+            out = app.invoke(
+                {"messages": [("user", "pay")]}, {"configurable": {"thread_id": f"t{i}"}}
+            )
+            return str(out["messages"][-1].content)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+            answers = list(pool.map(run, range(100)))
+
+        assert answers == ["paid"] * 100
+        for i in range(100):
+            state = p.checkpointer.get_tuple({"configurable": {"thread_id": f"t{i}"}})
+            assert state is not None
+    payments = _payments(pg_dsn)
+    assert len(payments) == 100
+    assert len({key for key, _ in payments}) == 100
