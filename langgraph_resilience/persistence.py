@@ -897,7 +897,9 @@ def _status_of(
         state = "interrupted"
     elif errors:
         state = "failed"
-    elif snapshot.next:
+    elif snapshot.next or snapshot.tasks:
+        # A crash after a node finished but before the step committed leaves `next`
+        # empty while the task is still pending: that thread is not done.
         state = "running" if busy else "pending"
     else:
         state = "done"
@@ -919,7 +921,7 @@ def _status_of(
 
 
 def _might_run(snapshot: StateSnapshot) -> bool:
-    return bool(snapshot.next) and not snapshot.interrupts
+    return bool(snapshot.next or snapshot.tasks) and not snapshot.interrupts
 
 
 def thread_status(
