@@ -30,6 +30,12 @@ DEFAULT_NOISE_FIELDS: frozenset[str] = frozenset(
 )
 """Argument names that never change what a call does, dropped before comparing."""
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""One encoder for every key: ``json.dumps`` with options builds a new one per call."""
+
+_FLAT = (str, int, bool, type(None))
+"""Scalar types that canonicalize to themselves (floats are rounded, so not here)."""
+
 _FLOAT_DIGITS = 6
 _MAX_DEPTH = 32
 
@@ -84,9 +90,13 @@ def canonical_args(args: Any, *, noise_fields: Iterable[str] = DEFAULT_NOISE_FIE
     '{"a":"x","b":1}'
     """
     noise = noise_fields if isinstance(noise_fields, frozenset) else frozenset(noise_fields)
-    return json.dumps(
-        _normalize(args, noise, 0), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    )
+    if (
+        type(args) is dict
+        and all(type(k) is str and type(v) in _FLAT for k, v in args.items())
+        and noise.isdisjoint(args)
+    ):
+        return _ENCODER.encode(args)  # the common case: flat JSON scalars, nothing to drop
+    return _ENCODER.encode(_normalize(args, noise, 0))
 
 
 def call_key(tool: str, args: Any, *, noise_fields: Iterable[str] = DEFAULT_NOISE_FIELDS) -> str:

@@ -74,7 +74,6 @@ from langgraph_resilience.state import (
     Ledger,
     current_tool_call_ids,
     last_ai_message,
-    merge_ledger,
     read_ledger,
     read_messages,
 )
@@ -805,7 +804,7 @@ class GuardedToolNode:
             delta["started_at"] = batch.now
         after = {
             self.messages_key: read_messages(state, self.messages_key),
-            "resilience": merge_ledger(ledger, delta),
+            "resilience": {**ledger, "calls": {**calls, **step.calls}},
         }
         emit(Event("route", to=next_step(after, self.messages_key)))
         update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}

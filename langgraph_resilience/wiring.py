@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph import END, StateGraph
@@ -110,6 +110,31 @@ def _check_names(
 
 
 _DEFAULT_BREAKER = BreakerConfig()
+
+
+class _Node(Runnable[Any, Any]):
+    """A node with real sync and async bodies and nothing else.
+
+    `RunnableLambda` would open a traced child run and inspect the function's
+    signature on every call (half of the per-turn overhead we measured);
+    LangGraph already traces the node itself, like its own `ToolNode`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        func: Callable[[Any, RunnableConfig], Any],
+        afunc: Callable[[Any, RunnableConfig], Awaitable[Any]],
+    ) -> None:
+        self.name = name
+        self._func = func
+        self._afunc = afunc
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self._func(input, ensure_config(config))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await self._afunc(input, ensure_config(config))
 
 
 def _check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
@@ -233,7 +258,7 @@ def add_resilience(
     _check_profiles(profiles or {}, set(tool_node.tools_by_name))
 
     def add(role: str, node: Any) -> None:
-        builder.add_node(names[role], RunnableLambda(node.run, afunc=node.arun, name=names[role]))
+        builder.add_node(names[role], _Node(names[role], node.run, node.arun))
 
     add("tools", tool_node)
     add("retry", RetryNode(clock=clock, messages_key=messages_key))
