@@ -1191,7 +1191,27 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--seed", type=int, default=7, help="jitter seed (default: 7)")
     _answer_flags(resume, pause=False)
     resume.set_defaults(handler=cmd_resume)
+
+    bench = sub.add_parser(
+        "bench",
+        help="chaos benchmark: recovery under injected faults against plain LangGraph",
+        description="Run the seeded task suite under fault mixes for each contender; print the "
+        "table, write JSON and a PNG chart; exit 1 if add_resilience misses a behaviour target.",
+    )
+    bench.add_argument("--quick", action="store_true", help="a small suite (< 1 minute)")
+    bench.add_argument("--contenders", nargs="+", help="contenders to run (default: all)")
+    bench.add_argument("--mix", nargs="+", help="fault mixes to run (default: all)")
+    bench.add_argument("--seeds", type=int, help="fault seeds per task (pass^k)")
+    bench.add_argument("--out", help="directory for the JSON report and the chart")
+    bench.set_defaults(handler=cmd_bench, json=False)
     return parser
+
+
+def cmd_bench(args: argparse.Namespace, out: Output) -> int:
+    """Run the chaos benchmark (imported here: it is heavy and needs no persistence)."""
+    from langgraph_resilience.chaos_bench import cmd_bench as run  # noqa: PLC0415
+
+    return run(args, out.console)
 
 
 def _one_line(exc: BaseException) -> str:
