@@ -891,6 +891,8 @@ class ChaosStats:
     """The most calls one tool-call id made to its tool (retries of that call)."""
     max_attempts_per_key: int
     """The most calls of one identical (tool, canonical args) in the run."""
+    attempts_by_call: dict[str, int]
+    """Calls per tool-call id, for the ids that reached a tool more than once."""
     recovery_latencies: tuple[float, ...]
     by_tool: dict[str, dict[str, int]]
 
@@ -935,6 +937,7 @@ def chaos_stats(tools: Iterable[BaseTool]) -> ChaosStats:
         calls_while_open=while_open,
         max_attempts_per_call=max(per_call.values(), default=0),
         max_attempts_per_key=max(per_key.values(), default=0),
+        attempts_by_call={f"{t}:{c}": n for (t, c), n in sorted(per_call.items()) if n > 1},
         recovery_latencies=tuple(latencies),
         by_tool=by_tool,
     )

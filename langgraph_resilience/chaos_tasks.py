@@ -1,11 +1,12 @@
 """The chaos benchmark's task suite: a small shop with real state, tasks with ground truth,
-a scripted agent that follows each task, and a scripted repairer.
+and the scripted models and human that drive them.
 
 `Shop` is an in-memory backend (customers, orders, inventory, refunds, an email
-outbox, a geo and weather lookup) whose tools really mutate it. It counts every
-committed side effect per *identity* (tool + the arguments that make the effect
-what it is), so a duplicate order, refund or email is visible however it came
-about.
+outbox, a geo and weather lookup, and an alternative endpoint for each read:
+`ALTERNATIVES`) whose tools really mutate it. It counts every committed side
+effect per *identity* (tool + the arguments that make the effect what it is),
+so a duplicate order, refund or email is visible however it came about, and
+it answers `Shop.status_check` by idempotency key, as a real API does.
 
 A `Task` is data: ordered `Step`s, each one or more `Call`s issued together
 (parallel tool calls), whose arguments may refer to earlier results (`Ref`), and
@@ -19,11 +20,15 @@ is a pure function of the messages it is shown: it issues the next step's
 calls, and when a call fails it does only what the step's ``on_error`` says
 (``retry``: re-issue the failed calls once, then give up; ``skip``: move on;
 ``abort``: give up). It sees what any model would see (an error
-`ToolMessage`, output that is not JSON, a batch result listing failed items)
-and never what the fault plan is. `scripted_repairer()` plays the repair model
-for `add_resilience`: it reads the error envelope and renames an argument the
-tool now requires, or picks the closest allowed enum value; otherwise it says
-it cannot help.
+`ToolMessage`, output that is not JSON, a batch result listing failed items, a
+result someone else obtained for a call of its that failed) and never what the
+fault plan is.
+
+For ``add_resilience``: `scripted_repairer()` reads the error envelope and
+renames an argument the tool now requires or picks the closest allowed enum
+value; `scripted_planner(task)` plans a failed read through its alternative
+endpoint, re-deriving the arguments from the goal; `operator_decision` is the
+human behind escalations (retry once, then skip).
 """
 
 from __future__ import annotations
@@ -42,7 +47,9 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field
 
 from langgraph_resilience.canonical import canonical_args
+from langgraph_resilience.idempotency import EffectStatus
 from langgraph_resilience.testing import ScriptedChatModel
+from langgraph_resilience.tools import current_idempotency_key
 
 __all__ = [
     "ABORT_ANSWER",
@@ -195,27 +202,28 @@ class Shop:
         self.refunds: list[dict[str, Any]] = []
         self.outbox: list[dict[str, str]] = []
         self.effects: Counter[str] = Counter()
-        self._results: dict[str, Any] = {}
+        self._by_key: dict[str, Any] = {}
 
     # ------------------------------------------------------------ bookkeeping
 
-    def _effect(self, tool_name: str, result: Any, **args: Any) -> None:
+    def _effect(self, tool_name: str, **args: Any) -> None:
         for identity in _identities(tool_name, args):
             self.effects[identity] += 1
-            self._results[identity] = result
 
-    def lookup_effect(self, tool_name: str, args: Mapping[str, Any]) -> dict[str, Any] | None:
-        """A status check: the result of the effect `tool_name(args)` if it happened, else None.
-
-        What a support operator (or a ``status_check``) finds in the shop's admin panel.
-        """
-        identities = _identities(tool_name, args)
-        if not identities or any(i not in self._results for i in identities):
-            return None
-        if tool_name == "send_bulk_email":
-            return {"sent": list(args.get("to") or []), "failed": []}
-        result: dict[str, Any] = self._results[identities[0]]
+    def _done(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The result of a committed call, remembered under the caller's idempotency key
+        (as a real API does when it takes an ``Idempotency-Key``)."""
+        key = current_idempotency_key()
+        if key is not None:
+            self._by_key[key] = result
         return result
+
+    def status_check(self, key: str) -> EffectStatus:
+        """Whether the effect sent with idempotency key `key` happened, and its result
+        (`ToolProfile.status_check`: what the service answers when asked by key)."""
+        if key in self._by_key:
+            return EffectStatus(done=True, result=self._by_key[key])
+        return EffectStatus(done=False)
 
     @property
     def duplicate_effects(self) -> int:
@@ -286,9 +294,8 @@ class Shop:
             "status": "placed",
             "refunded": 0.0,
         }
-        result = {"order_id": order_id, "total": total}
-        self._effect("create_order", result, customer_id=customer_id, item=item, qty=qty)
-        return result
+        self._effect("create_order", customer_id=customer_id, item=item, qty=qty)
+        return self._done({"order_id": order_id, "total": total})
 
     def cancel_order(self, order_id: int) -> dict[str, Any]:
         order = self.orders.get(order_id)
@@ -298,9 +305,8 @@ class Shop:
             raise ToolException(f"order {order_id} is {order['status']}; it cannot be cancelled")
         order["status"] = "cancelled"
         self.inventory[order["item"]] += order["qty"]
-        result = {"order_id": order_id, "status": "cancelled"}
-        self._effect("cancel_order", result, order_id=order_id)
-        return result
+        self._effect("cancel_order", order_id=order_id)
+        return self._done({"order_id": order_id, "status": "cancelled"})
 
     def refund_order(self, order_id: int, amount: float, reason: str) -> dict[str, Any]:
         order = self.orders.get(order_id)
@@ -312,33 +318,31 @@ class Shop:
         order["refunded"] += amount
         order["status"] = "refunded" if order["refunded"] >= order["total"] else "part_refunded"
         self.refunds.append({"order_id": order_id, "amount": amount, "reason": reason})
-        result = {"order_id": order_id, "amount": amount}
-        self._effect("refund_order", result, order_id=order_id, amount=amount, reason=reason)
-        return result
+        self._effect("refund_order", order_id=order_id, amount=amount, reason=reason)
+        return self._done({"order_id": order_id, "amount": amount})
 
     def _send(self, to: str, subject: str, body: str) -> None:
         if "@" not in to:
             raise ToolException(f"invalid address {to!r}")
         self.outbox.append({"to": to, "subject": subject, "body": body})
-        self._effect("send_email", {"status": "sent", "to": to}, to=to, subject=subject)
+        self._effect("send_email", to=to, subject=subject)
 
     def send_email(self, to: str, subject: str, body: str) -> dict[str, Any]:
         self._send(to, subject, body)
-        return {"status": "sent", "to": to}
+        return self._done({"status": "sent", "to": to})
 
     def send_bulk_email(self, to: list[str], subject: str, body: str) -> dict[str, Any]:
         for address in to:
             self._send(address, subject, body)
-        return {"sent": list(to), "failed": []}
+        return self._done({"sent": list(to), "failed": []})
 
     def restock(self, item: str, qty: int) -> dict[str, Any]:
         self.check_stock(item)
         if qty < 1:
             raise ToolException("qty must be >= 1")
         self.inventory[item] += qty
-        result = {"item": item, "stock": self.inventory[item]}
-        self._effect("restock", result, item=item, qty=qty)
-        return result
+        self._effect("restock", item=item, qty=qty)
+        return self._done({"item": item, "stock": self.inventory[item]})
 
     # The alternative endpoints serve the same data.
     find_customer = get_customer
@@ -363,115 +367,115 @@ class Shop:
         ]
 
 
-def get_customer(customer_id: str) -> dict[str, Any]:
+def _get_customer(customer_id: str) -> dict[str, Any]:
     """Look up a customer's name, email and city by id (e.g. "c1")."""
     raise NotImplementedError
 
 
-def get_order(order_id: int) -> dict[str, Any]:
+def _get_order(order_id: int) -> dict[str, Any]:
     """Look up an order: customer, item, quantity, total and status."""
     raise NotImplementedError
 
 
-def list_orders(customer_id: str) -> dict[str, Any]:
+def _list_orders(customer_id: str) -> dict[str, Any]:
     """List the ids of a customer's orders."""
     raise NotImplementedError
 
 
-def check_stock(item: str) -> dict[str, Any]:
+def _check_stock(item: str) -> dict[str, Any]:
     """Stock level and unit price of an item."""
     raise NotImplementedError
 
 
-def geocode(city: str) -> dict[str, Any]:
+def _geocode(city: str) -> dict[str, Any]:
     """Latitude and longitude of a city."""
     raise NotImplementedError
 
 
-def get_weather(lat: float, lon: float) -> dict[str, Any]:
+def _get_weather(lat: float, lon: float) -> dict[str, Any]:
     """Current temperature (Celsius) and condition at a position."""
     raise NotImplementedError
 
 
-def create_order(customer_id: str, item: str, qty: int) -> dict[str, Any]:
+def _create_order(customer_id: str, item: str, qty: int) -> dict[str, Any]:
     """Place an order (takes the items out of stock). Returns its id and total."""
     raise NotImplementedError
 
 
-def cancel_order(order_id: int) -> dict[str, Any]:
+def _cancel_order(order_id: int) -> dict[str, Any]:
     """Cancel a placed or shipped order (puts the items back in stock)."""
     raise NotImplementedError
 
 
-def refund_order(order_id: int, amount: float, reason: RefundReason) -> dict[str, Any]:
+def _refund_order(order_id: int, amount: float, reason: RefundReason) -> dict[str, Any]:
     """Refund part or all of an order."""
     raise NotImplementedError
 
 
-def send_email(to: str, subject: str, body: str) -> dict[str, Any]:
+def _send_email(to: str, subject: str, body: str) -> dict[str, Any]:
     """Send an email to one address."""
     raise NotImplementedError
 
 
-def send_bulk_email(to: list[str], subject: str, body: str) -> dict[str, Any]:
+def _send_bulk_email(to: list[str], subject: str, body: str) -> dict[str, Any]:
     """Send the same email to several addresses."""
     raise NotImplementedError
 
 
-def restock(item: str, qty: int) -> dict[str, Any]:
+def _restock(item: str, qty: int) -> dict[str, Any]:
     """Add units of an item to the stock."""
     raise NotImplementedError
 
 
-def find_customer(customer_id: str) -> dict[str, Any]:
+def _find_customer(customer_id: str) -> dict[str, Any]:
     """Customer directory (second provider): name, email and city by id."""
     raise NotImplementedError
 
 
-def find_order(order_id: int) -> dict[str, Any]:
+def _find_order(order_id: int) -> dict[str, Any]:
     """Order search (v2 endpoint): customer, item, quantity, total and status."""
     raise NotImplementedError
 
 
-def customer_orders(customer_id: str) -> dict[str, Any]:
+def _customer_orders(customer_id: str) -> dict[str, Any]:
     """Order history (v2 endpoint): the ids of a customer's orders."""
     raise NotImplementedError
 
 
-def stock_level(item: str) -> dict[str, Any]:
+def _stock_level(item: str) -> dict[str, Any]:
     """Warehouse system: stock level and unit price of an item."""
     raise NotImplementedError
 
 
-def geocode_backup(city: str) -> dict[str, Any]:
+def _geocode_backup(city: str) -> dict[str, Any]:
     """Backup geocoder (another provider): latitude and longitude of a city."""
     raise NotImplementedError
 
 
-def get_forecast(lat: float, lon: float) -> dict[str, Any]:
+def _get_forecast(lat: float, lon: float) -> dict[str, Any]:
     """Forecast service (another provider): temperature (Celsius) and condition now."""
     raise NotImplementedError
 
 
 _SIGNATURES = (
-    get_customer,
-    get_order,
-    list_orders,
-    check_stock,
-    geocode,
-    get_weather,
-    create_order,
-    cancel_order,
-    refund_order,
-    send_email,
-    send_bulk_email,
-    restock,
-    find_customer,
-    find_order,
-    customer_orders,
-    stock_level,
-    geocode_backup,
-    get_forecast,
+    _get_customer,
+    _get_order,
+    _list_orders,
+    _check_stock,
+    _geocode,
+    _get_weather,
+    _create_order,
+    _cancel_order,
+    _refund_order,
+    _send_email,
+    _send_bulk_email,
+    _restock,
+    _find_customer,
+    _find_order,
+    _customer_orders,
+    _stock_level,
+    _geocode_backup,
+    _get_forecast,
 )
 """The shop's tool signatures and descriptions; `Shop` implements each by name."""
 
@@ -479,7 +483,7 @@ _SIGNATURES = (
 @functools.cache
 def _tool_specs() -> tuple[BaseTool, ...]:
     """The tools' schemas, inferred once (inference costs ~8 ms per tool)."""
-    return tuple(tool(signature) for signature in _SIGNATURES)
+    return tuple(tool(f.__name__.removeprefix("_"))(f) for f in _SIGNATURES)
 
 
 # ------------------------------------------------------- output contracts
@@ -1418,23 +1422,17 @@ def scripted_planner(task: Task, *, budget: int = MAX_MODEL_CALLS) -> ScriptedCh
 # ------------------------------------------------------------------ operator
 
 
-def operator_decision(
-    shop: Shop, request: Mapping[str, Any], asked: Counter[str]
-) -> dict[str, Any]:
+def operator_decision(request: Mapping[str, Any], asked: Counter[str]) -> dict[str, Any]:
     """The scripted human behind escalations (a ``Command(resume=...)`` value).
 
-    A side effect is looked up in the shop first, as an operator would in the
-    admin panel: if it happened, ``skip`` with its result as the note. Otherwise
-    the call is retried once, as after fixing its cause (a permission, a
-    service), and skipped if it is escalated again.
+    The first escalation of a call is answered ``retry`` (as after fixing its
+    cause: a permission, a service, or "check it and run it if needed"), a
+    second one ``skip``. The operator does not look into the shop: a side
+    effect whose outcome was unknown is reconciled by the package's idempotency
+    ledger and the tool's ``status_check`` when the call runs again.
     """
     call_id = str(request.get("call_id"))
     asked[call_id] += 1
-    tool_name, args = str(request.get("tool")), request.get("args") or {}
-    if tool_name in SIDE_EFFECT_TOOLS:
-        done = shop.lookup_effect(tool_name, args)
-        if done is not None:
-            return {"action": "skip", "note": json.dumps(done)}
     if asked[call_id] == 1:
         return {"action": "retry"}
     return {"action": "skip", "note": "could not be completed"}
