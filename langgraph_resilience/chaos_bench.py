@@ -1178,6 +1178,7 @@ def run_bench(
     for name, why in skipped.items():
         notes.append(f"contender {name} skipped: {why}")
     started = time.perf_counter()
+    revision = _revision()  # before running: others may commit while it runs
     jobs = [
         _Job(name, mix_name, seed, tuple(suite))
         for name in names
@@ -1222,7 +1223,7 @@ def run_bench(
             "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "cpus": os.cpu_count(),
             "versions": _versions(),
-            "revision": _revision(),
+            "revision": revision,
         },
         rows=rows,
         runs=runs,
