@@ -52,7 +52,6 @@ import platform
 import random
 import statistics
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -1380,20 +1379,16 @@ def cmd_bench(args: Any, console: Console) -> int:
     """The ``bench`` subcommand: run, print, save.
 
     Exit 0 when (d) meets every landed target (or did not run), 1 when it misses
-    one (each is printed), 2 on a usage mistake (one line on stderr).
+    one (each is printed); a usage mistake raises ConfigurationError.
     """
-    try:
-        report = run_bench(
-            quick=bool(args.quick),
-            contenders=args.contenders,
-            mixes=args.mix,
-            seeds=args.seeds,
-            out_dir=pathlib.Path(args.out) if args.out else None,
-            console=console,
-        )
-    except ConfigurationError as exc:
-        print(f"langgraph-resilience: error: {exc}", file=sys.stderr)
-        return 2
+    report = run_bench(
+        quick=bool(args.quick),
+        contenders=args.contenders,
+        mixes=args.mix,
+        seeds=args.seeds,
+        out_dir=pathlib.Path(args.out) if args.out else None,
+        console=console,
+    )
     if "resilient" not in report.config["contenders"]:
         return 0
     failures = check_targets(report)

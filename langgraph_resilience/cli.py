@@ -47,7 +47,7 @@ import sqlite3
 import sys
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn, TextIO
 
 import psycopg
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
@@ -68,6 +68,7 @@ from langgraph_resilience.demo import (
     is_demo_thread,
     open_demo_store,
 )
+from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.escalate import ESCALATION_TYPE
 from langgraph_resilience.events import EVENT_KEY
 from langgraph_resilience.persistence import (
@@ -244,11 +245,12 @@ def _class(value: Any) -> str:
 
 
 class Output:
-    """Text (rich; plain when not a terminal) or JSON lines on stdout."""
+    """Text (rich; plain when not a terminal) or JSON lines on `file` (stdout)."""
 
-    def __init__(self, *, json_mode: bool) -> None:
+    def __init__(self, *, json_mode: bool, file: TextIO | None = None) -> None:
         self.json = json_mode
-        self.console = Console(highlight=False, soft_wrap=False)
+        self.file = file if file is not None else sys.stdout
+        self.console = Console(file=self.file, highlight=False, soft_wrap=False)
 
     def line(self, text: str = "") -> None:
         if not self.json:
@@ -257,8 +259,11 @@ class Output:
     def record(self, kind: str, fields: Mapping[str, Any] | None = None, /, **more: Any) -> None:
         """One JSON line (in JSON mode): ``{"kind": kind, **fields, **more}``."""
         if self.json:
-            line = {**(fields or {}), **more, "kind": kind}
-            print(json.dumps(line, default=str), flush=True)
+            self.document({**(fields or {}), **more, "kind": kind})
+
+    def document(self, value: Any) -> None:
+        """One JSON document on its own line, flushed (for pipes)."""
+        print(json.dumps(value, default=str), file=self.file, flush=True)
 
     def step(self, step: int | str, node: str, lines: Sequence[str]) -> None:
         """One step: its number and node, then its lines (wrapped lines stay indented)."""
@@ -277,8 +282,7 @@ class Output:
         self.step("", "", [text])
 
     def flush(self) -> None:
-        self.console.file.flush()
-        sys.stdout.flush()
+        self.file.flush()
 
 
 # ------------------------------------------------------------------ explaining a step
@@ -1054,7 +1058,7 @@ def cmd_threads(args: argparse.Namespace, out: Output) -> int:
             for thread_id in list_threads(s.persistence.checkpointer)
         ]
         if out.json:
-            print(json.dumps({"target": s.persistence.target, "threads": found}, default=str))
+            out.document({"target": s.persistence.target, "threads": found})
             return 0
         if not found:
             out.line(
@@ -1090,7 +1094,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line (no usage block)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
 
 
 def _answer_flags(parser: argparse.ArgumentParser, *, pause: bool) -> None:
@@ -1199,7 +1203,11 @@ def build_parser() -> argparse.ArgumentParser:
         "table, write JSON and a PNG chart; exit 1 if add_resilience misses a behaviour target.",
     )
     bench.add_argument("--quick", action="store_true", help="a small suite (< 1 minute)")
-    bench.add_argument("--contenders", nargs="+", help="contenders to run (default: all)")
+    bench.add_argument(
+        "--contenders",
+        nargs="+",
+        help="contenders to run (default: toolnode retry_policy create_agent resilient)",
+    )
     bench.add_argument("--mix", nargs="+", help="fault mixes to run (default: all)")
     bench.add_argument("--seeds", type=int, help="fault seeds per task (pass^k)")
     bench.add_argument("--out", help="directory for the JSON report and the chart")
@@ -1211,7 +1219,10 @@ def cmd_bench(args: argparse.Namespace, out: Output) -> int:
     """Run the chaos benchmark (imported here: it is heavy and needs no persistence)."""
     from langgraph_resilience.chaos_bench import cmd_bench as run  # noqa: PLC0415
 
-    return run(args, out.console)
+    try:
+        return run(args, out.console)
+    except ConfigurationError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _one_line(exc: BaseException) -> str:
@@ -1219,20 +1230,30 @@ def _one_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script and of ``python -m langgraph_resilience``."""
-    args = build_parser().parse_args(argv)
-    out = Output(json_mode=args.json)
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """Entry point of the console script and of ``python -m langgraph_resilience``.
+
+    `stdout`/`stderr` default to the process's streams; passing them lets a caller
+    (a test, an embedding program) capture the output without swapping globals.
+    """
+    err = stderr if stderr is not None else sys.stderr
     try:
+        args = build_parser().parse_args(argv)
+        out = Output(json_mode=args.json, file=stdout)
         code: int = args.handler(args, out)
     except (UsageError, PersistenceError, ThreadBusyError, ThreadNotFoundError) as exc:
-        print(f"langgraph-resilience: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"langgraph-resilience: error: {_one_line(exc)}", file=err)
         return EXIT_USAGE
     except (psycopg.OperationalError, sqlite3.OperationalError) as exc:
-        print(f"langgraph-resilience: error: database failure: {_one_line(exc)}", file=sys.stderr)
+        print(f"langgraph-resilience: error: database failure: {_one_line(exc)}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("langgraph-resilience: interrupted; `resume` continues the thread", file=sys.stderr)
+        print("langgraph-resilience: interrupted; `resume` continues the thread", file=err)
         return 130
     except BrokenPipeError:  # e.g. `| head`: stop quietly; the thread stays resumable
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -11,7 +11,6 @@ here, at the point of the scenario they inspect.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import io
 import json
 import os
@@ -20,7 +19,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,18 +62,12 @@ def run_cli(*args: str, state: pathlib.Path, dsn: str | None = None) -> Result:
     return finish(start(*args, state=state, dsn=dsn))
 
 
-_IN_PROCESS = threading.Lock()
-
-
 def run_here(*args: str) -> Result:
     """Run `main(args)` in this process: quick, for checks that need no process of
-    their own. Serialized, since it redirects this process's stdout and stderr."""
+    their own. Its output goes to streams passed in, never through sys.stdout or
+    sys.stderr, which pytest swaps between tests while the scenario threads run."""
     out, err = io.StringIO(), io.StringIO()
-    with _IN_PROCESS, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exc:  # argparse's own errors
-            code = int(exc.code or 0)
+    code = main(list(args), stdout=out, stderr=err)
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 

@@ -38,6 +38,8 @@ from langgraph_resilience.testing import (
     tool_calls,
 )
 
+RETRY_AFTER = 600
+
 
 class State(MessagesState, ResilienceState):
     pass
@@ -61,12 +63,16 @@ class MarkerClock(SystemClock):
 def build(dsn: str, responses: list[Any], clock: Any) -> StateGraph[Any, Any, Any, Any]:
     @tool
     def lookup(query: str) -> str:
-        """Look up a record; the first two executions of the thread fail with 503."""
+        """Look up a record; the first two executions of the thread fail with 503.
+
+        Retry-After is ten minutes so that no scheduling delay on a loaded machine
+        between the kill and the resume can use up the interrupted backoff.
+        """
         with psycopg.connect(dsn, autocommit=True) as conn:
             done = conn.execute("SELECT count(*) FROM executions").fetchone()
             conn.execute("INSERT INTO executions DEFAULT VALUES")
         if done is not None and done[0] < 2:
-            raise FakeHTTPError(503, headers={"Retry-After": "30"})
+            raise FakeHTTPError(503, headers={"Retry-After": str(RETRY_AFTER)})
         return f"record for {query}"
 
     model = ScriptedChatModel(responses=responses)
@@ -83,7 +89,7 @@ def build(dsn: str, responses: list[Any], clock: Any) -> StateGraph[Any, Any, An
         builder,
         agent="agent",
         tools=[lookup],
-        policy=ResiliencePolicy(max_attempts=3, max_delay=60),
+        policy=ResiliencePolicy(max_attempts=3, max_delay=RETRY_AFTER),
         clock=clock,
         rng=random.Random(1),
     )
