@@ -51,6 +51,7 @@ from langgraph_resilience.errors import (
     RetryExhaustedError,
     ToolError,
     ToolFailure,
+    ToolGoneError,
 )
 from langgraph_resilience.escalate import (
     ESCALATION_TYPE,
@@ -186,6 +187,7 @@ __all__ = [
     "ThreadStatus",
     "ToolError",
     "ToolFailure",
+    "ToolGoneError",
     "ToolProfile",
     "Verdict",
     "acompensate_thread",

@@ -44,6 +44,7 @@ from langgraph_resilience.errors import (
     OutputValidationError,
     ToolError,
     ToolFailure,
+    ToolGoneError,
 )
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact, redact_value
@@ -204,6 +205,18 @@ def circuit_rule(error: BaseException, profile: ToolProfile | None) -> Verdict |
     )
 
 
+def gone_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
+    """A tool remembered as gone is STRUCTURAL: its fallback, else another path."""
+    if not isinstance(error, ToolGoneError):
+        return None
+    fallbacks = profile.fallbacks if profile is not None else ()
+    return Verdict(
+        FailureClass.STRUCTURAL,
+        f"use_tool:{fallbacks[0]}" if fallbacks else "ask_human",
+        context={"remembered": True},
+    )
+
+
 def output_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
     """A result that fails its output contract is semantic: a retry would repeat it."""
     if isinstance(error, OutputValidationError):
@@ -319,6 +332,7 @@ def tool_exception_rule(error: BaseException, profile: ToolProfile | None) -> Ve
 DEFAULT_RULES: tuple[Rule, ...] = (
     tool_failure_rule,
     circuit_rule,
+    gone_rule,
     output_rule,
     http_status_rule,
     rate_limit_rule,

@@ -14,6 +14,7 @@ Exception tree (the subclasses defined next to the code that raises them)::
     │   ├── LoopDetectedError           .call_key: the repeated call
     │   ├── OutputValidationError       .problems: why a "successful" result is wrong
     │   ├── CircuitOpenError            .retry_after: seconds until half-open
+    │   ├── ToolGoneError               .tool: answered STRUCTURAL earlier in the thread
     │   ├── PlanError                   (replan.py) an unusable plan
     │   │   ├── PlanReferenceError      .reference: a $steps reference that cannot resolve
     │   │   └── PlanCycleError          .cycle: the steps that depend on each other
@@ -38,6 +39,7 @@ __all__ = [
     "LoopDetectedError",
     "OutputValidationError",
     "ResilienceError",
+    "ToolGoneError",
     "RetryExhaustedError",
     "ToolError",
     "ToolFailure",
@@ -163,6 +165,20 @@ class CircuitOpenError(ResilienceError):
         super().__init__(f"circuit {key!r} is open; retry after {retry_after:.3f}s")
         self.key = key
         self.retry_after = retry_after
+
+
+class ToolGoneError(ResilienceError):
+    """The tool answered STRUCTURAL (404/410) earlier in this thread: not called again
+    while `ResiliencePolicy.structural_memory` lasts."""
+
+    def __init__(self, tool: str, ago: float) -> None:
+        super().__init__(
+            f"tool {tool!r} answered a STRUCTURAL failure {ago:.0f}s ago in this thread "
+            "(its endpoint is gone or changed), so it was not called again; use another "
+            "tool or another path"
+        )
+        self.tool = tool
+        self.ago = ago
 
 
 class ConfigurationError(ValueError):

@@ -76,6 +76,11 @@ class ResiliencePolicy:
     tool_timeout: float | dt.timedelta | None = None
     """Per-execution timeout of a tool; a timeout is TRANSIENT (UNKNOWN for side effects)."""
 
+    structural_memory: float | dt.timedelta | None = 300.0
+    """How long a thread remembers that a tool answered STRUCTURAL (404/410, contract
+    gone): meanwhile new calls to it go straight to its fallback, or back as STRUCTURAL,
+    without executing it. None remembers for the thread's life; 0 forgets at once."""
+
     noise_fields: frozenset[str] = DEFAULT_NOISE_FIELDS
     """Argument names ignored when deciding whether two calls are the same."""
 
@@ -85,6 +90,11 @@ class ResiliencePolicy:
         set_(self, "max_delay", seconds(self.max_delay, field="max_delay"))
         set_(self, "deadline", _optional_seconds(self.deadline, field="deadline"))
         set_(self, "tool_timeout", _optional_seconds(self.tool_timeout, field="tool_timeout"))
+        set_(
+            self,
+            "structural_memory",
+            _optional_seconds(self.structural_memory, field="structural_memory"),
+        )
         if isinstance(self.noise_fields, Iterable) and not isinstance(self.noise_fields, str):
             set_(self, "noise_fields", frozenset(self.noise_fields))
         else:
@@ -115,6 +125,10 @@ class ResiliencePolicy:
             raise ConfigurationError("deadline must be > 0 seconds, or None for no deadline")
         if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:
             raise ConfigurationError("tool_timeout must be > 0 seconds, or None for no timeout")
+        if self.structural_memory_s is not None and self.structural_memory_s < 0:
+            raise ConfigurationError(
+                "structural_memory must be >= 0 seconds, or None to remember for the thread's life"
+            )
         if self.max_attempts > self.max_tool_attempts:
             raise ConfigurationError(
                 f"max_attempts ({self.max_attempts}) exceeds max_tool_attempts "
@@ -144,3 +158,9 @@ class ResiliencePolicy:
         if self.tool_timeout is None:
             return None
         return float(self.tool_timeout)  # type: ignore[arg-type]
+
+    @property
+    def structural_memory_s(self) -> float | None:
+        """`structural_memory` in seconds, or None (the thread's life)."""
+        memory = self.structural_memory
+        return None if memory is None else float(memory)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
@@ -29,6 +30,7 @@ __all__ = [
     "decide",
     "decide_repair",
     "next_step",
+    "remembered_gone",
     "route_after_agent",
     "unrecovered",
 ]
@@ -45,6 +47,24 @@ class Decision:
     delay: float = 0.0
     exhausted: ExhaustionReason | None = None
     """Why a recoverable failure is not recovered; None when no path applies."""
+
+
+def remembered_gone(
+    gone: Mapping[str, float], tool: str, *, now: float, memory: float | None
+) -> float | None:
+    """When `tool` answered STRUCTURAL within `memory` seconds (None: ever), the time
+    it did, else None. The thread then stops calling it: a 404/410 is about the
+    endpoint, and asking again only buys the same answer.
+
+    >>> remembered_gone({"geo": 100.0}, "geo", now=150.0, memory=300.0)
+    100.0
+    >>> remembered_gone({"geo": 100.0}, "geo", now=500.0, memory=300.0) is None
+    True
+    """
+    at = gone.get(tool)
+    if at is None or (memory is not None and now - at >= memory):
+        return None
+    return at
 
 
 def decide_repair(

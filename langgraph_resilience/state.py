@@ -98,6 +98,9 @@ class Ledger(TypedDict, total=False):
     Written whole (last writer wins): only the planner and executor write it."""
     aborted: bool
     """A human aborted the task; once true it stays true."""
+    gone: dict[str, float]
+    """Tools that answered STRUCTURAL when executed (404/410, contract gone), with the
+    wall-clock time of the latest such answer: `policy.structural_memory` applies."""
 
 
 def empty_ledger() -> Ledger:
@@ -113,6 +116,7 @@ def empty_ledger() -> Ledger:
         "replans": 0,
         "plan": None,
         "aborted": False,
+        "gone": {},
     }
 
 
@@ -135,6 +139,7 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
         merged["replans"] = int(current.get("replans") or 0)
         merged["plan"] = current.get("plan")
         merged["aborted"] = bool(current.get("aborted"))
+        merged["gone"] = dict(current.get("gone") or {})
     if not update:
         return merged
     calls = merged["calls"]
@@ -150,6 +155,8 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     merged["aborted"] = merged["aborted"] or bool(update.get("aborted"))
     started = [t for t in (merged.get("started_at"), update.get("started_at")) if t is not None]
     merged["started_at"] = min(started) if started else None
+    for tool, at in (update.get("gone") or {}).items():
+        merged["gone"][tool] = max(at, merged["gone"].get(tool, at))
     _add_counts(merged["events"], update.get("events"))
     _add_counts(merged["seen"], update.get("seen"))
     merged["recent"] = (merged["recent"] + list(update.get("recent") or []))[-RECENT_KEYS:]

@@ -50,6 +50,7 @@ from langgraph_resilience.errors import (
     FailureClass,
     ToolError,
     ToolFailure,
+    ToolGoneError,
 )
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.idempotency import (
@@ -67,7 +68,14 @@ from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact
-from langgraph_resilience.router import Decision, decide, decide_repair, next_step, unrecovered
+from langgraph_resilience.router import (
+    Decision,
+    decide,
+    decide_repair,
+    next_step,
+    remembered_gone,
+    unrecovered,
+)
 from langgraph_resilience.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
@@ -222,6 +230,13 @@ def _call_with_timeout(
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+_STEP_GONE: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
+    "langgraph_resilience_step_gone", default=None
+)
+"""Tools that answered STRUCTURAL during the current tools step: its parallel calls
+that have not started yet skip them (the ledger remembers them for later steps)."""
+
+
 @dataclasses.dataclass(slots=True)
 class _Preflight:
     """A call answered without running: unknown tool, loop, spent budget, bad JSON."""
@@ -245,6 +260,8 @@ class _Batch:
     preflight: list[_Preflight] = dataclasses.field(default_factory=list)
     keys: dict[str, str] = dataclasses.field(default_factory=dict)
     coercions: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    rerouted: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    """Calls sent straight to a fallback: call id -> (the remembered-gone tool, its args)."""
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     recent: list[str] = dataclasses.field(default_factory=list)
 
@@ -259,6 +276,7 @@ class _Step:
     calls: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
     messages: list[AnyMessage] = dataclasses.field(default_factory=list)
     events: dict[str, int] = dataclasses.field(default_factory=dict)
+    gone: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def count(self, kind: str) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
@@ -358,12 +376,6 @@ class GuardedToolNode:
             name: self.breaker_store.snapshot(self.breaker_key(name)).status_at(self.breaker, now)
             for name in self.tools_by_name
         }
-
-    def _outcome(self, call: ToolCall, exc: BaseException | None) -> FailureClass | None:
-        if exc is None:
-            return None
-        profile = self.profiles.get(call["name"])
-        return classify(exc, profile=profile, rules=self.rules).failure_class
 
     def _coerced(self, call: ToolCall) -> Coercion | None:
         """Lossless fixes for arguments the tool rejected, or None if there are none.
@@ -545,6 +557,9 @@ class GuardedToolNode:
         """Sync interception of one call: breaker admission, bulkhead, timeout, output
         contract, then the outcome reported back to the breaker."""
         call = request.tool_call
+        step_gone = _STEP_GONE.get()
+        if step_gone is not None and call["name"] in step_gone:
+            return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
         admitted: _Admitted | None = None
         if self.breaker is not None:
             key = self.breaker_key(call["name"])
@@ -565,7 +580,7 @@ class GuardedToolNode:
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
-            self._report(admitted, call, exc)
+            self._report(admitted, call, self._failed(call, exc, step_gone))
             return self._raised(call, exc)
         self._report(admitted, call, None)
         return result
@@ -577,6 +592,9 @@ class GuardedToolNode:
     ) -> ToolMessage | Command[Any]:
         """Async twin of `_wrap` (the breaker store's async methods, the loop's sleep)."""
         call = request.tool_call
+        step_gone = _STEP_GONE.get()
+        if step_gone is not None and call["name"] in step_gone:
+            return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
         admitted: _Admitted | None = None
         if self.breaker is not None:
             key = self.breaker_key(call["name"])
@@ -597,25 +615,37 @@ class GuardedToolNode:
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
-            await self._areport(admitted, call, exc)
+            await self._areport(admitted, call, self._failed(call, exc, step_gone))
             return self._raised(call, exc)
         await self._areport(admitted, call, None)
         return result
 
-    def _report(self, admitted: _Admitted | None, call: ToolCall, exc: Exception | None) -> None:
+    def _failed(
+        self, call: ToolCall, exc: BaseException, step_gone: set[str] | None
+    ) -> FailureClass:
+        """Classify an execution's failure for the breaker; a STRUCTURAL answer also
+        stops the step's calls to that tool that have not started."""
+        failure = classify(exc, profile=self.profiles.get(call["name"]), rules=self.rules)
+        if failure.failure_class is FailureClass.STRUCTURAL and step_gone is not None:
+            step_gone.add(call["name"])
+        return failure.failure_class
+
+    def _report(
+        self, admitted: _Admitted | None, call: ToolCall, outcome: FailureClass | None
+    ) -> None:
         if admitted is None or self.breaker is None:
             return
         self.breaker_store.record(
             admitted.key,
             self.breaker,
             self.clock.time(),
-            self._outcome(call, exc),
+            outcome,
             probe=admitted.probe,
             duration=self.clock.monotonic() - admitted.started,
         )
 
     async def _areport(
-        self, admitted: _Admitted | None, call: ToolCall, exc: Exception | None
+        self, admitted: _Admitted | None, call: ToolCall, outcome: FailureClass | None
     ) -> None:
         if admitted is None or self.breaker is None:
             return
@@ -623,7 +653,7 @@ class GuardedToolNode:
             admitted.key,
             self.breaker,
             self.clock.time(),
-            self._outcome(call, exc),
+            outcome,
             probe=admitted.probe,
             duration=self.clock.monotonic() - admitted.started,
         )
@@ -679,6 +709,53 @@ class GuardedToolNode:
             batch.preflight.append(_Preflight(_invalid_call_error(invalid), repairable=repairable))
         return repaired
 
+    def _fallbacks(
+        self, primary: str, tried: Sequence[str], gone: Mapping[str, float], now: float
+    ) -> list[str]:
+        """`primary`'s fallbacks still worth a call: not tried for this call, breaker
+        not open, not remembered as gone in this thread."""
+        chain = self.profiles.get(primary)
+        if chain is None:
+            return []
+        states = self.breaker_states()
+        memory = self.policy.structural_memory_s
+        return [
+            name
+            for name in chain.fallbacks
+            if name not in tried
+            and name in self.tools_by_name
+            and states.get(name, "closed") != "open"
+            and remembered_gone(gone, name, now=now, memory=memory) is None
+        ]
+
+    def _avoid_gone(
+        self, batch: _Batch, call: ToolCall, gone: Mapping[str, float]
+    ) -> tuple[str, dict[str, Any]] | None:
+        """A new call to a tool this thread saw answer STRUCTURAL: send it straight to a
+        fallback (the tool and arguments to run), else answer it as STRUCTURAL (None).
+        Once the memory has lapsed, the tool itself runs again."""
+        name, args = call["name"], call["args"]
+        at = remembered_gone(gone, name, now=batch.now, memory=self.policy.structural_memory_s)
+        if at is None:
+            return name, args
+        call_id = call["id"] or ""
+        candidates = self._fallbacks(name, [name], gone, batch.now)
+        if candidates:
+            fallback = candidates[0]
+            profile = self.profiles[name]
+            routed = profile.fallback_args(fallback, dict(args)) if profile.fallback_args else args
+            batch.rerouted[call_id] = (name, dict(args))
+            return fallback, dict(routed)
+        error = classify(
+            ToolGoneError(name, batch.now - at),
+            tool=name,
+            profile=self.profiles.get(name),
+            call_id=call_id,
+            rules=self.rules,
+        )
+        batch.preflight.append(_Preflight(error))
+        return None
+
     def _plan(self, state: Any) -> _Batch | None:
         messages = read_messages(state, self.messages_key)
         found = last_ai_message(messages)
@@ -699,6 +776,7 @@ class GuardedToolNode:
         )
         seen = dict(ledger.get("seen") or {})
         recent = list(ledger.get("recent") or [])
+        gone = ledger.get("gone") or {}
         for call in [*ai.tool_calls, *repaired_invalid]:
             call_id = call["id"] or ""
             if call_id in answered:
@@ -719,6 +797,12 @@ class GuardedToolNode:
             key = call_key(name, args, noise_fields=self.policy.noise_fields)
             if record is None and self._is_loop(batch, call, key, seen, recent):
                 continue
+            if record is None and name in gone:
+                routed = self._avoid_gone(batch, call, gone)
+                if routed is None:
+                    continue
+                name, args = routed
+                key = call_key(name, args, noise_fields=self.policy.noise_fields)
             exhausted: ExhaustionReason | None = None
             if deadline_passed:
                 exhausted = "deadline"
@@ -768,6 +852,8 @@ class GuardedToolNode:
                 previous=previous,
                 coercions=fixed["changes"] if fixed is not None else None,
             )
+            if call_id in batch.rerouted:
+                self._note_reroute(step, call_id, record, batch.rerouted[call_id])
             if call_id not in refused:
                 step.count("attempt")
                 if attempts == 1:
@@ -802,6 +888,8 @@ class GuardedToolNode:
         }
         if ledger.get("started_at") is None and executed:
             delta["started_at"] = batch.now
+        if step.gone:
+            delta["gone"] = step.gone
         after = {
             self.messages_key: read_messages(state, self.messages_key),
             "resilience": {**ledger, "calls": {**calls, **step.calls}},
@@ -830,6 +918,10 @@ class GuardedToolNode:
         )
         if isinstance(exc, ToolInvocationError):  # rejected before running: safe to repair
             error = error.model_copy(update={"context": {**error.context, "stage": "arguments"}})
+        elif error.failure_class is FailureClass.STRUCTURAL and not isinstance(
+            exc, CircuitOpenError | ToolGoneError
+        ):
+            step.gone[call["name"]] = now  # the endpoint answered: remember it for the thread
         record["error"] = error.model_dump(mode="json")
         emit(
             Event(
@@ -885,18 +977,12 @@ class GuardedToolNode:
         if decision.route != "agent" or not out:
             return False
         tried = [*record.get("tried", []), record["tool"]]
-        chain = self.profiles.get(tried[0])
-        if chain is None:
-            return False
-        states = self.breaker_states()
-        candidates = [
-            name
-            for name in chain.fallbacks
-            if name not in tried and states.get(name, "closed") != "open"
-        ]
+        gone = {**(step.ledger.get("gone") or {}), **step.gone}
+        candidates = self._fallbacks(tried[0], tried, gone, self.clock.time())
         if not candidates:
             return False
         fallback = candidates[0]
+        chain = self.profiles[tried[0]]
         origin = record.get("origin_args") or record.get("args", {})
         args = dict(origin)
         if chain.fallback_args is not None:
@@ -920,6 +1006,27 @@ class GuardedToolNode:
             )
         )
         return True
+
+    @staticmethod
+    def _note_reroute(
+        step: _Step, call_id: str, record: CallRecord, rerouted: tuple[str, dict[str, Any]]
+    ) -> None:
+        """Record a call sent straight to a fallback as served by it, like `_fall_back`."""
+        primary, origin = rerouted
+        record["served_by"] = record["tool"]
+        record["tried"] = [primary]
+        record["origin_args"] = origin
+        step.count("fallback")
+        emit(
+            Event(
+                "fallback",
+                tool=primary,
+                to=record["tool"],
+                call_id=call_id,
+                failure_class=FailureClass.STRUCTURAL.value,
+                remembered=True,
+            )
+        )
 
     def _carry_out(
         self,
@@ -1092,7 +1199,13 @@ class GuardedToolNode:
         batch = self._plan(state)
         if batch is None:
             return {}
-        output = self._tool_node.invoke(self._input(state, batch), config) if batch.runnable else {}
+        output: Any = {}
+        if batch.runnable:
+            token = _STEP_GONE.set(set())
+            try:
+                output = self._tool_node.invoke(self._input(state, batch), config)
+            finally:
+                _STEP_GONE.reset(token)
         return self._finish(state, batch, output)
 
     async def arun(self, state: Any, config: RunnableConfig) -> Any:
@@ -1100,11 +1213,13 @@ class GuardedToolNode:
         batch = self._plan(state)
         if batch is None:
             return {}
-        output = (
-            await self._tool_node.ainvoke(self._input(state, batch), config)
-            if batch.runnable
-            else {}
-        )
+        output: Any = {}
+        if batch.runnable:
+            token = _STEP_GONE.set(set())
+            try:
+                output = await self._tool_node.ainvoke(self._input(state, batch), config)
+            finally:
+                _STEP_GONE.reset(token)
         return self._finish(state, batch, output)
 
 

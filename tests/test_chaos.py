@@ -59,6 +59,7 @@ from langgraph_resilience.chaos_tasks import (
     repair_reply,
     scripted_planner,
 )
+from langgraph_resilience.cli import main
 from langgraph_resilience.errors import ConfigurationError, ToolError
 from langgraph_resilience.idempotency import EffectStatus
 from langgraph_resilience.replan import Plan, format_plan_request, verify
@@ -722,7 +723,7 @@ def test_quick_run_reports_unlanded_paths_as_pending(quick_report: BenchReport) 
 
 def test_bench_command_writes_json_and_exits_by_targets(tmp_path: pathlib.Path) -> None:
     """cmd_bench (what `langgraph-resilience bench` runs) writes the report and exits 0
-    when (d) meets its targets, 2 on a bad argument."""
+    when (d) meets its targets; a bad argument is one line on stderr and exit code 2."""
     args = argparse.Namespace(
         quick=True, contenders=["resilient"], mix=["transient"], seeds=1, out=str(tmp_path)
     )
@@ -732,7 +733,11 @@ def test_bench_command_writes_json_and_exits_by_targets(tmp_path: pathlib.Path) 
     saved = json.loads((tmp_path / "chaos-bench.json").read_text())
     assert saved["config"]["mixes"] == ["clean", "transient"]
     assert {t["status"] for t in saved["targets"]} <= {"met", "pending", "info"}
-    assert cmd_bench(argparse.Namespace(**{**vars(args), "seeds": 0}), console) == 2
+    with pytest.raises(ConfigurationError, match="seeds must be >= 1"):
+        cmd_bench(argparse.Namespace(**{**vars(args), "seeds": 0}), console)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["bench", "--quick", "--seeds", "0"], stdout=out, stderr=err) == 2
+    assert err.getvalue() == "langgraph-resilience: error: seeds must be >= 1, got 0\n"
 
 
 def test_a_missed_target_is_reported_by_check_targets(quick_report: BenchReport) -> None:

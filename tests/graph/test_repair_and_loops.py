@@ -160,7 +160,7 @@ def test_output_contract_violation_is_semantic_never_success(runner: Runner) -> 
 
 def test_identical_calls_are_stopped_by_the_loop_guard(runner: Runner) -> None:
     """An agent issuing the same call 5 times: the tool runs loop_threshold times, then loops."""
-    spy = FaultyTool(lookup, then=Fault.status(404))
+    spy = FaultyTool(lookup, then=Fault.status(403))  # never retried, never remembered as gone
     same = [tool_calls(("lookup", {"query": "x", "thought": f"attempt {i}"})) for i in range(5)]
     h = build_graph([spy], [*same, text("stuck")])
 
@@ -179,7 +179,7 @@ def test_identical_calls_are_stopped_by_the_loop_guard(runner: Runner) -> None:
 
 def test_alternating_calls_are_detected(runner: Runner) -> None:
     """A-B-A-B on identical keys is a loop at the fourth call."""
-    a, b = FaultyTool(lookup, then=Fault.status(404)), FaultyTool(refund)
+    a, b = FaultyTool(lookup, then=Fault.status(403)), FaultyTool(refund)
     script = [
         tool_calls(("lookup", {"query": "x"})),
         tool_calls(("refund", {"order_id": 1, "amount": 1, "currency": "USD"})),

@@ -154,6 +154,15 @@ def test_started_at_none_never_erases_a_start() -> None:
     assert merge_ledger(merge_ledger(None, {}), {"started_at": 7.5})["started_at"] == 7.5
 
 
+def test_gone_tools_keep_their_latest_structural_answer() -> None:
+    """Parallel or late writes never move a tool's last STRUCTURAL answer back in time."""
+    ledger = merge_ledger(None, {"gone": {"geo": 20.0}})
+    assert merge_ledger(ledger, {"gone": {"geo": 10.0}})["gone"] == {"geo": 20.0}
+    both = merge_ledger(ledger, {"gone": {"geo": 30.0, "map": 5.0}})
+    assert both["gone"] == {"geo": 30.0, "map": 5.0}
+    assert ledger["gone"] == {"geo": 20.0}  # the input is not mutated
+
+
 # ---------------------------------------------------------------------------- properties
 
 _DELTAS = st.lists(
