@@ -218,14 +218,14 @@ def gone_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | No
 
 
 def output_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
-    """A result that fails its output contract is semantic: a retry would repeat it."""
-    if isinstance(error, OutputValidationError):
-        return Verdict(
-            FailureClass.SEMANTIC,
-            "fix_args",
-            context={"stage": "output", "problems": error.problems},
-        )
-    return None
+    """A result that fails its output contract is semantic: a retry would repeat it.
+    From a side effect that ran with no way to check it, it is UNKNOWN instead."""
+    if not isinstance(error, OutputValidationError):
+        return None
+    context = {"stage": "output", "problems": error.problems}
+    if error.effect_unknown:
+        return Verdict(FailureClass.UNKNOWN, "query_status", context=context)
+    return Verdict(FailureClass.SEMANTIC, "fix_args", context=context)
 
 
 def http_status_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:

@@ -151,11 +151,17 @@ class LoopDetectedError(ResilienceError):
 
 
 class OutputValidationError(ResilienceError):
-    """A result that looks successful breaks the tool's declared output contract."""
+    """A result that looks successful breaks the tool's declared output contract.
 
-    def __init__(self, problems: list[str]) -> None:
+    `effect_unknown` is set when the tool is a side effect that ran and nothing could
+    tell whether it took effect (no `status_check`): UNKNOWN, not SEMANTIC, because
+    re-issuing the call could do it twice.
+    """
+
+    def __init__(self, problems: list[str], *, effect_unknown: bool = False) -> None:
         super().__init__("tool output failed validation: " + "; ".join(problems))
         self.problems = problems
+        self.effect_unknown = effect_unknown
 
 
 class CircuitOpenError(ResilienceError):

@@ -48,6 +48,7 @@ from langgraph_resilience.errors import (
     CircuitOpenError,
     ExhaustionReason,
     FailureClass,
+    OutputValidationError,
     ToolError,
     ToolFailure,
     ToolGoneError,
@@ -180,6 +181,17 @@ def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False
         tool_call_id=call["id"] or "",
         response_metadata={"resilience": {how: True, "idempotency_key": key}},
     )
+
+
+def _answer_unusable(
+    call: ToolCall, key: str, status: EffectStatus, broken: OutputValidationError
+) -> ToolMessage:
+    """A side effect that ran answered unusably; its service said whether it happened.
+    Done: its recorded result answers the call. Not done: the contract failure stands
+    (SEMANTIC: fixing the call cannot do the effect twice)."""
+    if not status.done:
+        raise broken
+    return _replayed(call, status.result, key, reconciled=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -484,6 +496,16 @@ class GuardedToolNode:
             raise
         finally:
             _CURRENT_KEY.reset(token)
+        broken = self._broken_contract(call, result)
+        if broken is not None:  # it ran, but its answer is unusable: as if lost
+            if effect.profile.status_check is None:
+                raise OutputValidationError(broken.problems, effect_unknown=True) from broken
+            status = _effect_status(effect.profile.status_check(effect.key))
+            if status.done:
+                self.idempotency.record_outcome(effect.key, _jsonable(status.result))
+            else:
+                self.idempotency.release(effect.key)
+            return _answer_unusable(call, effect.key, status, broken)
         self.idempotency.record_outcome(effect.key, _outcome_of(result))
         if effect.profile.compensate is not None and self.saga is not None:
             self.saga.append(
@@ -526,12 +548,35 @@ class GuardedToolNode:
             raise
         finally:
             _CURRENT_KEY.reset(token)
+        broken = self._broken_contract(call, result)
+        if broken is not None:  # it ran, but its answer is unusable: as if lost
+            if effect.profile.status_check is None:
+                raise OutputValidationError(broken.problems, effect_unknown=True) from broken
+            checked = effect.profile.status_check(effect.key)
+            if inspect.isawaitable(checked):
+                checked = await checked
+            status = _effect_status(checked)
+            if status.done:
+                await self.idempotency.arecord_outcome(effect.key, _jsonable(status.result))
+            else:
+                await self.idempotency.arelease(effect.key)
+            return _answer_unusable(call, effect.key, status, broken)
         await self.idempotency.arecord_outcome(effect.key, _outcome_of(result))
         if effect.profile.compensate is not None and self.saga is not None:
             await self.saga.aappend(
                 effect.thread_id, key=effect.key, tool=call["name"], action="effect", status="done"
             )
         return result
+
+    def _broken_contract(
+        self, call: ToolCall, result: ToolMessage | Command[Any]
+    ) -> OutputValidationError | None:
+        """The output-contract failure of a result, or None when it is usable."""
+        try:
+            self._checked(call, result)
+        except OutputValidationError as exc:
+            return exc
+        return None
 
     def _maybe_executed(self, call: ToolCall, exc: BaseException) -> bool:
         """A lost response (timeout, 5xx other than 429/503) may hide a done effect: the

@@ -82,6 +82,79 @@ def test_unknown_outcome_without_status_check_is_never_rerun(runner: Runner) -> 
     assert envelope["suggested_action"] == "query_status"
 
 
+def charged(value: Any) -> str | None:
+    """The charge tool's output contract: 'charged N'."""
+    return None if str(value).startswith("charged ") else f"not a charge receipt: {value!r}"
+
+
+def test_an_unusable_answer_from_a_done_effect_is_reconciled_not_repeated(
+    runner: Runner,
+) -> None:
+    """The charge happens but answers garbage; the agent would re-issue it (a new call
+    id, a new key). status_check finds the payment: its receipt answers the call."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.malformed("{'trunc")])
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 30})), text("paid")],
+        profiles={
+            "charge": ToolProfile(
+                side_effect=True, status_check=bank.status, validate_output=charged
+            )
+        },
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "pay 30")]}, h.config())
+
+    assert len(bank.payments) == 1
+    [message] = tool_messages(out)
+    assert (message.status, message.content) == ("success", "charged 30")
+    assert message.response_metadata["resilience"]["reconciled"] is True
+
+
+def test_an_unusable_answer_from_an_effect_that_did_not_happen_is_semantic(
+    runner: Runner,
+) -> None:
+    """The service says no payment was made: the contract failure stands (SEMANTIC)."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.malformed("{'trunc")])
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 30})), text("hm")],
+        profiles={
+            "charge": ToolProfile(
+                side_effect=True,
+                status_check=lambda key: EffectStatus(done=False),
+                validate_output=charged,
+            )
+        },
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "pay 30")]}, h.config())
+
+    envelope = json.loads(str(tool_messages(out)[0].content))
+    assert (envelope["failure_class"], envelope["context"]["stage"]) == ("semantic", "output")
+
+
+def test_an_unusable_answer_without_status_check_is_unknown(runner: Runner) -> None:
+    """No way to ask: the agent is told the outcome is unknown, not to fix its call."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.malformed("{'trunc")])
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 30})), text("unsure")],
+        profiles={"charge": ToolProfile(side_effect=True, validate_output=charged)},
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "pay 30")]}, h.config())
+
+    assert len(bank.payments) == 1
+    envelope = json.loads(str(tool_messages(out)[0].content))
+    assert envelope["failure_class"] == "unknown"
+    assert envelope["suggested_action"] == "query_status"
+    assert envelope["context"]["problems"] == ['not a charge receipt: "{\'trunc"']
+
+
 def test_refused_side_effect_is_retried_under_the_same_key(runner: Runner) -> None:
     """A 503 before anything happened releases the key; the retry pays once."""
     bank = Bank()
