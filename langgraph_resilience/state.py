@@ -123,49 +123,63 @@ def empty_ledger() -> Ledger:
 def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     """Reducer of the ``resilience`` channel: apply a delta to the ledger.
 
+    Copy-on-write: the result shares the containers the delta does not touch with
+    `current`, and replaces (never mutates) those it does, so a checkpointed value
+    is never changed in place and a step pays only for what it wrote.
+
     >>> a = merge_ledger(None, {"tool_attempts": 1, "events": {"attempt": 1}})
     >>> merge_ledger(a, {"tool_attempts": 2, "events": {"attempt": 2}})["tool_attempts"]
     3
     """
     merged = empty_ledger()
     if current:
-        merged["calls"] = dict(current.get("calls") or {})
-        merged["tool_attempts"] = int(current.get("tool_attempts") or 0)
-        merged["llm_calls"] = int(current.get("llm_calls") or 0)
-        merged["started_at"] = current.get("started_at")
-        merged["events"] = dict(current.get("events") or {})
-        merged["seen"] = dict(current.get("seen") or {})
-        merged["recent"] = list(current.get("recent") or [])
-        merged["replans"] = int(current.get("replans") or 0)
-        merged["plan"] = current.get("plan")
-        merged["aborted"] = bool(current.get("aborted"))
-        merged["gone"] = dict(current.get("gone") or {})
+        for name, value in current.items():
+            if value is not None:
+                merged[name] = value  # type: ignore[literal-required]
     if not update:
         return merged
-    calls = merged["calls"]
-    for call_id, record in (update.get("calls") or {}).items():
-        existing = calls.get(call_id)
-        if existing is None or record["attempts"] >= existing["attempts"]:
-            calls[call_id] = record
-    merged["tool_attempts"] = merged["tool_attempts"] + int(update.get("tool_attempts") or 0)
-    merged["llm_calls"] = merged["llm_calls"] + int(update.get("llm_calls") or 0)
-    merged["replans"] = merged["replans"] + int(update.get("replans") or 0)
+    delta_calls = update.get("calls")
+    if delta_calls:
+        calls = dict(merged["calls"])
+        for call_id, record in delta_calls.items():
+            existing = calls.get(call_id)
+            if existing is None or record["attempts"] >= existing["attempts"]:
+                calls[call_id] = record
+        merged["calls"] = calls
+    if update.get("tool_attempts"):
+        merged["tool_attempts"] = int(merged["tool_attempts"]) + int(update["tool_attempts"])
+    if update.get("llm_calls"):
+        merged["llm_calls"] = int(merged["llm_calls"]) + int(update["llm_calls"])
+    if update.get("replans"):
+        merged["replans"] = int(merged["replans"]) + int(update["replans"])
     if "plan" in update:
         merged["plan"] = update["plan"]
-    merged["aborted"] = merged["aborted"] or bool(update.get("aborted"))
-    started = [t for t in (merged.get("started_at"), update.get("started_at")) if t is not None]
-    merged["started_at"] = min(started) if started else None
-    for tool, at in (update.get("gone") or {}).items():
-        merged["gone"][tool] = max(at, merged["gone"].get(tool, at))
-    _add_counts(merged["events"], update.get("events"))
-    _add_counts(merged["seen"], update.get("seen"))
-    merged["recent"] = (merged["recent"] + list(update.get("recent") or []))[-RECENT_KEYS:]
+    if update.get("aborted"):
+        merged["aborted"] = True
+    started = update.get("started_at")
+    if started is not None:
+        known = merged.get("started_at")
+        merged["started_at"] = started if known is None else min(known, started)
+    if update.get("events"):
+        merged["events"] = _added(merged["events"], update["events"])
+    if update.get("seen"):
+        merged["seen"] = _added(merged["seen"], update["seen"])
+    if update.get("recent"):
+        merged["recent"] = [*merged["recent"], *update["recent"]][-RECENT_KEYS:]
+    if update.get("gone"):
+        gone = dict(merged["gone"])
+        for tool, at in update["gone"].items():
+            gone[tool] = max(at, gone.get(tool, at))
+        merged["gone"] = gone
     return merged
 
 
-def _add_counts(totals: dict[str, int], delta: dict[str, int] | None) -> None:
-    for name, count in (delta or {}).items():
-        totals[name] = totals.get(name, 0) + int(count)
+def _added(totals: dict[str, int], delta: dict[str, int]) -> dict[str, int]:
+    """A new count map: `totals` plus `delta`."""
+    added = dict(totals)
+    for name, count in delta.items():
+        added[name] = added.get(name, 0) + int(count)
+    return added
 
 
 ResilienceLedger = Annotated[Ledger, merge_ledger]

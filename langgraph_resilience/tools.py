@@ -73,7 +73,6 @@ from langgraph_resilience.router import (
     Decision,
     decide,
     decide_repair,
-    next_step,
     remembered_gone,
     unrecovered,
 )
@@ -271,7 +270,6 @@ class _Batch:
     runnable: list[ToolCall] = dataclasses.field(default_factory=list)
     preflight: list[_Preflight] = dataclasses.field(default_factory=list)
     keys: dict[str, str] = dataclasses.field(default_factory=dict)
-    coercions: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     rerouted: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
     """Calls sent straight to a fallback: call id -> (the remembered-gone tool, its args)."""
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -935,11 +933,6 @@ class GuardedToolNode:
             delta["started_at"] = batch.now
         if step.gone:
             delta["gone"] = step.gone
-        after = {
-            self.messages_key: read_messages(state, self.messages_key),
-            "resilience": {**ledger, "calls": {**calls, **step.calls}},
-        }
-        emit(Event("route", to=next_step(after, self.messages_key)))
         update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}
         if commands:
             return [*commands, update]

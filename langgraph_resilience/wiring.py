@@ -37,13 +37,14 @@ from langgraph_resilience.classify import DEFAULT_RULES, Rule
 from langgraph_resilience.clock import Clock, SystemClock
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.escalate import EscalateNode
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.idempotency import IdempotencyStore, SagaLog
 from langgraph_resilience.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.repair import RepairNode
 from langgraph_resilience.retry import RetryNode
-from langgraph_resilience.router import next_step, route_after_agent
+from langgraph_resilience.router import Next, next_step, route_after_agent
 from langgraph_resilience.state import merge_ledger
 from langgraph_resilience.tools import GuardedToolNode
 
@@ -297,7 +298,7 @@ def add_resilience(
 
     onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
     onward.update({role: names[role] for role in roles})
-    router = functools.partial(next_step, messages_key=messages_key)
+    router = functools.partial(announced_next_step, messages_key=messages_key)
     builder.add_conditional_edges(
         agent,
         functools.partial(route_after_agent, messages_key=messages_key),
@@ -315,3 +316,11 @@ def add_resilience(
         else:
             builder.add_conditional_edges(names[role], router, onward)
     return builder
+
+
+def announced_next_step(state: Any, messages_key: str = "messages") -> Next:
+    """`next_step` as the graph's router after a recovery node, announced as a
+    ``route`` event (the router computes it anyway; the nodes never do)."""
+    to = next_step(state, messages_key)
+    emit(Event("route", to=to))
+    return to
