@@ -15,8 +15,8 @@ durable memory that prevents it, independent of any graph node:
   outcome: the outcome is UNKNOWN, reconcile, never re-run blindly) or ``done``
   (an outcome is recorded: return it). Backends: `InMemoryIdempotencyStore`,
   `PostgresIdempotencyStore` / `AsyncPostgresIdempotencyStore` (our own table,
-  ``INSERT ... ON CONFLICT DO NOTHING``: one round trip per claim, durable
-  before the effect, and one per outcome), `SqliteIdempotencyStore` (the same
+  ``INSERT ... ON CONFLICT DO NOTHING``: one round trip per new claim, durable
+  before the effect, two for a replay, and one per outcome), `SqliteIdempotencyStore` (the same
   statement on the embedded file). LangGraph's ``PostgresStore.put`` is an upsert with no
   put-if-absent, so it cannot claim a key: that is why the ledger has its own
   table.
@@ -647,43 +647,39 @@ _PG_SAGA_DDL = (
 
 _COLUMNS = "key, tool, thread_id, args, status, result, created_at, updated_at"
 
-# One round trip whether the key is new or not: the CTE inserts, or the outer
-# SELECT reads the existing row. When a concurrent claim inserted the key after
-# this statement's snapshot, neither branch returns a row; the caller re-runs
-# the statement (a new snapshot sees the committed row).
-_PG_CLAIM = f"""
-WITH ins AS (
-    INSERT INTO lgr_idempotency (key, tool, thread_id, args)
-    VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb)
-    ON CONFLICT (key) DO NOTHING
-    RETURNING {_COLUMNS}
-)
-SELECT true AS inserted, {_COLUMNS} FROM ins
-UNION ALL
-SELECT false AS inserted, {_COLUMNS} FROM lgr_idempotency
-WHERE key = %(key)s AND NOT EXISTS (SELECT FROM ins)
-"""
-
-# First outcome wins: a recorded outcome is never overwritten.
-_PG_RECORD_SYNC = f"""
-INSERT INTO lgr_idempotency (key, status, result)
-VALUES (%(key)s, %(status)s, %(result)s::jsonb)
-ON CONFLICT (key) DO UPDATE
-    SET status = EXCLUDED.status, result = EXCLUDED.result, updated_at = now()
-    WHERE lgr_idempotency.status = 'pending'
+# The intent: one durable round trip for a new key. A key that exists returns no
+# row, and `_claim_script` reads it (a second round trip, only on a replay).
+_PG_INTENT = f"""
+INSERT INTO lgr_idempotency (key, tool, thread_id, args)
+VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb)
+ON CONFLICT (key) DO NOTHING
 RETURNING {_COLUMNS}
 """
 
-# The same, committed without waiting for its WAL flush: ``set_config(..., true)``
-# is transaction-local, so it applies to this one autocommit statement and never
-# leaks into the pooled session that the checkpointer shares.
-_PG_RECORD_ASYNC = f"""
-INSERT INTO lgr_idempotency (key, status, result)
-SELECT %(key)s, %(status)s, %(result)s::jsonb
+# The outcome of a pending intent; first outcome wins (a recorded one is never
+# overwritten). The async-commit variant does not wait for its WAL flush:
+# ``set_config(..., true)`` is transaction-local, so it applies to this one
+# autocommit statement and never leaks into the pooled session.
+_PG_OUTCOME_SYNC = f"""
+UPDATE lgr_idempotency
+SET status = %(status)s, result = %(result)s::jsonb, updated_at = now()
+WHERE key = %(key)s AND status = 'pending'
+RETURNING {_COLUMNS}
+"""
+_PG_OUTCOME_ASYNC = f"""
+UPDATE lgr_idempotency
+SET status = %(status)s, result = %(result)s::jsonb, updated_at = now()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode
-ON CONFLICT (key) DO UPDATE
-    SET status = EXCLUDED.status, result = EXCLUDED.result, updated_at = now()
-    WHERE lgr_idempotency.status = 'pending'
+WHERE key = %(key)s AND status = 'pending'
+RETURNING {_COLUMNS}
+"""
+
+# An outcome for a key with no intent (never claimed, or released): inserted,
+# unless another writer got there first.
+_PG_OUTCOME_INSERT = f"""
+INSERT INTO lgr_idempotency (key, status, result)
+VALUES (%(key)s, %(status)s, %(result)s::jsonb)
+ON CONFLICT (key) DO NOTHING
 RETURNING {_COLUMNS}
 """
 
@@ -718,11 +714,40 @@ def _record_of(row: Mapping[str, Any]) -> IdempotencyRecord:
     )
 
 
-def _claim_of(row: Mapping[str, Any]) -> Claim:
-    record = _record_of(row)
-    if row["inserted"]:
-        return Claim("new", record)
-    return Claim("pending" if record.status == "pending" else "done", record)
+Rows: TypeAlias = list[dict[str, Any]]
+Script: TypeAlias = Generator[tuple[str, Mapping[str, Any]], Rows, Any]
+"""A sequence of statements whose next one depends on the rows of the last: the
+one decision logic that the sync and async Postgres ledgers both run."""
+
+
+def _claim_script(key: str, params: Mapping[str, Any]) -> Script:
+    """Claim `key`: the intent (new), else the record already there (pending/done)."""
+    for _ in range(_CLAIM_RETRIES):
+        rows = yield _PG_INTENT, params
+        if rows:
+            return Claim("new", _record_of(rows[0]))
+        rows = yield _PG_GET, {"key": key}
+        if rows:  # else it was released since: claim again
+            record = _record_of(rows[0])
+            return Claim("pending" if record.status == "pending" else "done", record)
+    raise _lost_claim(key)
+
+
+def _outcome_script(key: str, params: Mapping[str, Any], update_sql: str) -> Script:
+    """Record an outcome: on the pending intent; else the recorded outcome wins;
+    else (no intent at all) a new record."""
+    for _ in range(_CLAIM_RETRIES):
+        rows = yield update_sql, params
+        if rows:
+            return _record_of(rows[0])
+        rows = yield _PG_GET, {"key": key}
+        if rows and rows[0]["status"] != "pending":
+            return _record_of(rows[0])
+        if not rows:
+            rows = yield _PG_OUTCOME_INSERT, params
+            if rows:
+                return _record_of(rows[0])
+    raise _lost_claim(key)
 
 
 def _entry_of(row: Mapping[str, Any]) -> SagaEntry:
@@ -794,6 +819,15 @@ class _SyncPostgres:
                 conn.commit()
             return rows
 
+    def _run(self, script: Script) -> Any:
+        """Drive a statement script to its result."""
+        try:
+            query, params = next(script)
+            while True:
+                query, params = script.send(self._rows(query, params))
+        except StopIteration as done:
+            return done.value
+
     def _ddl(self, statements: Iterable[str]) -> None:
         with self._connection() as conn:
             with conn.transaction():
@@ -833,6 +867,15 @@ class _AsyncPostgres:
                 await conn.commit()
             return rows
 
+    async def _arun(self, script: Script) -> Any:
+        """Drive a statement script to its result."""
+        try:
+            query, params = next(script)
+            while True:
+                query, params = script.send(await self._rows(query, params))
+        except StopIteration as done:
+            return done.value
+
     async def _ddl(self, statements: Iterable[str]) -> None:
         async with self._connection() as conn:
             async with conn.transaction():
@@ -863,16 +906,17 @@ class _OutcomeMode:
 
     def _set_outcome_mode(self, *, sync_outcomes: bool) -> None:
         self.sync_outcomes = sync_outcomes
-        self._record_sql = _PG_RECORD_SYNC if sync_outcomes else _PG_RECORD_ASYNC
+        self._record_sql = _PG_OUTCOME_SYNC if sync_outcomes else _PG_OUTCOME_ASYNC
 
 
 class PostgresIdempotencyStore(_SyncPostgres, _OutcomeMode):
     """The ledger in PostgreSQL table ``lgr_idempotency``, over a psycopg pool or connection.
 
     Works with the pool configuration LangGraph's `PostgresSaver` needs
-    (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). A claim is
-    one ``INSERT ... ON CONFLICT DO NOTHING`` round trip, atomic across workers;
-    an outcome is one more. Call `setup` once (``open_postgres`` does).
+    (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). Claiming a
+    new key is one ``INSERT ... ON CONFLICT DO NOTHING`` round trip, atomic across
+    workers (a replay reads the existing record: one more); an outcome is one
+    ``UPDATE``. Call `setup` once (``open_postgres`` does).
     Async methods run the sync ones in a worker thread; inside an event loop
     prefer `AsyncPostgresIdempotencyStore`.
 
@@ -895,25 +939,14 @@ class PostgresIdempotencyStore(_SyncPostgres, _OutcomeMode):
     def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
         """Atomically write an intent for `key` unless one exists (one round trip)."""
         params = _claim_params(key, tool, args_json, thread_id)
-        for _ in range(_CLAIM_RETRIES):
-            rows = self._rows(_PG_CLAIM, params)
-            if rows:
-                return _claim_of(rows[0])
-        raise _lost_claim(key)
+        return cast("Claim", self._run(_claim_script(key, params)))
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
         """Record the outcome of a pending intent (one round trip); the first wins."""
         params = _record_params(key, result, status)
-        for _ in range(_CLAIM_RETRIES):
-            rows = self._rows(self._record_sql, params)
-            if rows:
-                return _record_of(rows[0])
-            existing = self.get(key)  # an outcome was already recorded: it wins
-            if existing is not None:
-                return existing
-        raise _lost_claim(key)
+        return cast("IdempotencyRecord", self._run(_outcome_script(key, params, self._record_sql)))
 
     def release(self, key: str) -> bool:
         """Forget a pending or failed record so that the next claim is ``new``."""
@@ -973,25 +1006,15 @@ class AsyncPostgresIdempotencyStore(_AsyncPostgres, _OutcomeMode):
     async def aclaim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
         """Atomically write an intent for `key` unless one exists (one round trip)."""
         params = _claim_params(key, tool, args_json, thread_id)
-        for _ in range(_CLAIM_RETRIES):
-            rows = await self._rows(_PG_CLAIM, params)
-            if rows:
-                return _claim_of(rows[0])
-        raise _lost_claim(key)
+        return cast("Claim", await self._arun(_claim_script(key, params)))
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
         """Record the outcome of a pending intent (one round trip); the first wins."""
         params = _record_params(key, result, status)
-        for _ in range(_CLAIM_RETRIES):
-            rows = await self._rows(self._record_sql, params)
-            if rows:
-                return _record_of(rows[0])
-            existing = await self.aget(key)  # an outcome was already recorded: it wins
-            if existing is not None:
-                return existing
-        raise _lost_claim(key)
+        script = _outcome_script(key, params, self._record_sql)
+        return cast("IdempotencyRecord", await self._arun(script))
 
     async def arelease(self, key: str) -> bool:
         """Forget a pending or failed record so that the next claim is ``new``."""
