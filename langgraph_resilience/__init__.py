@@ -64,6 +64,7 @@ from langgraph_resilience.events import (
 from langgraph_resilience.idempotency import (
     AsyncPostgresIdempotencyStore,
     EffectStatus,
+    FailedItem,
     IdempotencyStore,
     InMemoryIdempotencyStore,
     PartialResult,
@@ -130,6 +131,7 @@ from langgraph_resilience.tools import (
     GuardedToolNode,
     OutcomeUnknownError,
     current_idempotency_key,
+    current_item_keys,
     tool_error_of,
 )
 from langgraph_resilience.wiring import (
@@ -154,6 +156,7 @@ __all__ = [
     "Diagnosis",
     "EffectStatus",
     "Event",
+    "FailedItem",
     "FailureClass",
     "GuardedToolNode",
     "IdempotencyStore",
@@ -202,6 +205,7 @@ __all__ = [
     "classify",
     "compensate_thread",
     "current_idempotency_key",
+    "current_item_keys",
     "decide",
     "http_status",
     "idempotency_key",

@@ -61,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, create_model
 from langgraph_resilience.breaker import BreakerConfig, BreakerState, admit, record
 from langgraph_resilience.canonical import call_key
 from langgraph_resilience.errors import ConfigurationError, FailureClass
+from langgraph_resilience.idempotency import FailedItem, PartialResult
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool
 
 __all__ = [
@@ -789,8 +790,11 @@ class ChaosTool(FaultyTool):
         if fault.kind == "partial":
             if split is None:
                 return result
-            name, done, failed = split
-            return {"status": "partial", name: done, "failed": failed, "result": result}
+            _name, done, failed = split
+            return PartialResult(
+                succeeded=done,
+                failed=[FailedItem(item=item, error="503 from the upstream") for item in failed],
+            ).model_dump()
         return self._after(fault, result)
 
     def _run(self, *args: Any, config: RunnableConfig, **kwargs: Any) -> Any:

@@ -82,6 +82,8 @@ from langgraph_resilience.chaos import (
 )
 from langgraph_resilience.chaos_tasks import (
     ALTERNATIVES,
+    BATCH_ARGS,
+    BATCH_MERGES,
     OUTPUT_SCHEMAS,
     SIDE_EFFECT_TOOLS,
     TASKS,
@@ -264,11 +266,11 @@ RESILIENT_PATHS: frozenset[str] = frozenset(
         "breaker",
         "fallback",
         "idempotency",
+        "partial",
     }
 )
 """The recovery paths `build_resilient` wires today. Add a path's name here when you wire
-it (``partial``: redoing only a batch's failed items): the targets of the mixes that
-need it then count in `check_targets`."""
+it: the targets of the mixes that need it then count in `check_targets`."""
 
 
 class _ResilientState(MessagesState, ResilienceState):
@@ -309,9 +311,11 @@ def build_resilient(
             output_schema=output_schemas.get(name),
             fallback=fallbacks[name] if fallbacks.get(name) in names else None,
             status_check=status_check if name in effects else None,
+            batch_arg=BATCH_ARGS.get(name),
+            merge_batches=BATCH_MERGES.get(name),
         )
         for name in sorted(names)
-        if name in effects or name in output_schemas or name in fallbacks
+        if name in effects or name in output_schemas or name in fallbacks or name in BATCH_ARGS
     }
     builder = StateGraph(_ResilientState)
     builder.add_node("agent", _agent_node(model, tools))

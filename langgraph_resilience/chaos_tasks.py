@@ -39,7 +39,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
@@ -134,6 +134,19 @@ SIDE_EFFECT_TOOLS: frozenset[str] = frozenset(
     {"create_order", "cancel_order", "refund_order", "send_email", "send_bulk_email", "restock"}
 )
 """The shop's tools that change the world."""
+
+BATCH_ARGS: Mapping[str, str] = {"send_bulk_email": "to"}
+"""The shop's batch tools and the list argument that holds their items."""
+
+
+def merge_bulk_email(sent_earlier: list[Any], last: Any) -> Any:
+    """`ToolProfile.merge_batches` for send_bulk_email: one answer in its own shape."""
+    if not isinstance(last, dict):
+        return last
+    return {**last, "sent": [*sent_earlier, *last.get("sent", [])]}
+
+
+BATCH_MERGES: Mapping[str, Callable[[list[Any], Any], Any]] = {"send_bulk_email": merge_bulk_email}
 
 ALTERNATIVES: Mapping[str, str] = {
     "get_customer": "find_customer",

@@ -76,6 +76,18 @@ class ToolProfile:
     """For side effects: ``compensate(idempotency_key, recorded_result)`` undoes the
     effect when the task is abandoned (run newest first, exactly once)."""
 
+    batch_arg: str | None = None
+    """For batch tools: the list argument that holds the items. When the tool returns a
+    `PartialResult` (some items failed), only the failed items are run again, within
+    `max_attempts` (PARTIAL). A side-effecting batch tool reads each item's own
+    idempotency key with `current_item_keys()`: a redone item keeps its first key."""
+
+    merge_batches: Callable[[list[Any], Any], Any] | None = None
+    """For batch tools: ``merge_batches(succeeded_earlier, last_result)`` builds the
+    call's answer, in the tool's own shape, once a redo finished it (e.g. adding the
+    earlier items to a ``sent`` list). Default:
+    ``{"succeeded_earlier": [...], "result": last_result}``."""
+
     @property
     def fallbacks(self) -> tuple[str, ...]:
         """`fallback` as a tuple of tool names."""
@@ -117,6 +129,14 @@ class ToolProfile:
             raise ConfigurationError(
                 f"ToolProfile.loop_threshold must be an integer >= 1 or None, "
                 f"got {self.loop_threshold!r}"
+            )
+        if self.merge_batches is not None and self.batch_arg is None:
+            raise ConfigurationError(
+                "merge_batches only applies to batch tools: pass batch_arg too"
+            )
+        if self.batch_arg is not None and not (isinstance(self.batch_arg, str) and self.batch_arg):
+            raise ConfigurationError(
+                f"ToolProfile.batch_arg must name the tool's list argument, got {self.batch_arg!r}"
             )
         if self.output_schema is not None and not (
             isinstance(self.output_schema, type) and issubclass(self.output_schema, BaseModel)

@@ -73,6 +73,10 @@ class CallRecord(TypedDict):
     """The agent's arguments, kept when a fallback adapts them."""
     tried: NotRequired[list[str]]
     """Tools that already failed this call: a fallback chain never returns to them."""
+    item_keys: NotRequired[list[str]]
+    """A redone batch call: the idempotency keys its items had on the first run."""
+    done_items: NotRequired[list[Any]]
+    """A batch call's items that succeeded in earlier (partial) runs."""
 
 
 class Ledger(TypedDict, total=False):

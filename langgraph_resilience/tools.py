@@ -46,6 +46,7 @@ from langgraph_resilience.classify import DEFAULT_RULES, Rule, classify, unknown
 from langgraph_resilience.clock import Clock
 from langgraph_resilience.errors import (
     CircuitOpenError,
+    ConfigurationError,
     ExhaustionReason,
     FailureClass,
     OutputValidationError,
@@ -60,10 +61,14 @@ from langgraph_resilience.idempotency import (
     IdempotencyStore,
     InMemoryIdempotencyStore,
     InMemorySagaLog,
+    PartialResult,
     SagaLog,
+    as_partial_result,
     claim_action,
     compensate_thread,
+    failed_items,
     idempotency_key,
+    item_idempotency_key,
 )
 from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
@@ -91,6 +96,7 @@ __all__ = [
     "GuardedToolNode",
     "OutcomeUnknownError",
     "current_idempotency_key",
+    "current_item_keys",
     "error_message",
     "tool_error_of",
 ]
@@ -182,6 +188,12 @@ def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False
     )
 
 
+def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> None:
+    """Hand a batch call's item keys to `_finish` (which pops them) for a redo."""
+    if item_keys is not None and isinstance(result, ToolMessage):
+        result.response_metadata["resilience_item_keys"] = list(item_keys)
+
+
 def _answer_unusable(
     call: ToolCall, key: str, status: EffectStatus, broken: OutputValidationError
 ) -> ToolMessage:
@@ -241,11 +253,32 @@ def _call_with_timeout(
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-_STEP_GONE: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar(
-    "langgraph_resilience_step_gone", default=None
+@dataclasses.dataclass(frozen=True, slots=True)
+class _InStep:
+    """What the calls of one tools step share while they run."""
+
+    gone: set[str]
+    """Tools that answered STRUCTURAL during this step: its calls that have not
+    started yet skip them (the ledger remembers them for later steps)."""
+    item_keys: Mapping[str, list[str]]
+    """Per call id: the item keys a redone batch keeps from its first run."""
+
+
+_STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
+    "langgraph_resilience_step", default=None
 )
-"""Tools that answered STRUCTURAL during the current tools step: its parallel calls
-that have not started yet skip them (the ledger remembers them for later steps)."""
+
+_CURRENT_ITEM_KEYS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "langgraph_resilience_item_keys", default=None
+)
+
+
+def current_item_keys() -> tuple[str, ...] | None:
+    """Inside a side-effecting batch tool (`ToolProfile(batch_arg=...)`): one
+    idempotency key per item of the batch argument, in order, to send to the service
+    per item. A redo of failed items gets the keys those items had on the first run,
+    so an item that did go through is deduplicated. None elsewhere."""
+    return _CURRENT_ITEM_KEYS.get()
 
 
 @dataclasses.dataclass(slots=True)
@@ -271,6 +304,8 @@ class _Batch:
     preflight: list[_Preflight] = dataclasses.field(default_factory=list)
     keys: dict[str, str] = dataclasses.field(default_factory=dict)
     rerouted: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    item_keys: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """Redone batch calls: the item keys of their first run."""
     """Calls sent straight to a fallback: call id -> (the remembered-gone tool, its args)."""
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     recent: list[str] = dataclasses.field(default_factory=list)
@@ -352,6 +387,17 @@ class GuardedToolNode:
         )
 
         self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
+        for name, profile in self.profiles.items():
+            tool = self.tools_by_name.get(name)
+            if (
+                profile.batch_arg is not None
+                and tool is not None
+                and profile.batch_arg not in tool.args
+            ):
+                raise ConfigurationError(
+                    f"ToolProfile.batch_arg {profile.batch_arg!r} is not an argument of "
+                    f"{name!r}; its arguments: {sorted(tool.args)}"
+                )
 
     @property
     def tools_by_name(self) -> dict[str, BaseTool]:
@@ -369,7 +415,10 @@ class GuardedToolNode:
     def _checked(self, call: ToolCall, result: Any) -> ToolMessage | Command[Any]:
         """Apply the tool's output contract to a result that looks successful."""
         if isinstance(result, ToolMessage) and result.status != "error":
-            check_output(result.content, self.profiles.get(call["name"]))
+            profile = self.profiles.get(call["name"])
+            if profile is not None and profile.batch_arg and as_partial_result(result.content):
+                return result  # a partial batch is judged item by item, not by the contract
+            check_output(result.content, profile)
         return cast("ToolMessage | Command[Any]", result)
 
     def breaker_key(self, tool: str) -> str:
@@ -483,6 +532,8 @@ class GuardedToolNode:
                 self.idempotency.record_outcome(effect.key, _jsonable(status.result))
                 return _replayed(call, status.result, effect.key, reconciled=True)
         token = _CURRENT_KEY.set(effect.key)
+        item_keys = self._item_keys(call, effect.key)
+        items_token = _CURRENT_ITEM_KEYS.set(item_keys)
         try:
             result = self._run(call, request, execute)
         except GraphBubbleUp:
@@ -494,6 +545,8 @@ class GuardedToolNode:
             raise
         finally:
             _CURRENT_KEY.reset(token)
+            _CURRENT_ITEM_KEYS.reset(items_token)
+        _note_item_keys(result, item_keys)
         broken = self._broken_contract(call, result)
         if broken is not None:  # it ran, but its answer is unusable: as if lost
             if effect.profile.status_check is None:
@@ -535,6 +588,8 @@ class GuardedToolNode:
                 await self.idempotency.arecord_outcome(effect.key, _jsonable(status.result))
                 return _replayed(call, status.result, effect.key, reconciled=True)
         token = _CURRENT_KEY.set(effect.key)
+        item_keys = self._item_keys(call, effect.key)
+        items_token = _CURRENT_ITEM_KEYS.set(item_keys)
         try:
             result = await self._arun(call, request, execute)
         except GraphBubbleUp:
@@ -546,6 +601,8 @@ class GuardedToolNode:
             raise
         finally:
             _CURRENT_KEY.reset(token)
+            _CURRENT_ITEM_KEYS.reset(items_token)
+        _note_item_keys(result, item_keys)
         broken = self._broken_contract(call, result)
         if broken is not None:  # it ran, but its answer is unusable: as if lost
             if effect.profile.status_check is None:
@@ -565,6 +622,19 @@ class GuardedToolNode:
                 effect.thread_id, key=effect.key, tool=call["name"], action="effect", status="done"
             )
         return result
+
+    def _item_keys(self, call: ToolCall, key: str) -> tuple[str, ...] | None:
+        """Per-item keys of a side-effecting batch call: the first run's, on a redo."""
+        profile = self.profiles.get(call["name"])
+        if profile is None or profile.batch_arg is None:
+            return None
+        in_step = _STEP.get()
+        kept = in_step.item_keys.get(call["id"] or "") if in_step is not None else None
+        if kept is not None:
+            return tuple(kept)
+        items = call["args"].get(profile.batch_arg)
+        count = len(items) if isinstance(items, list) else 0
+        return tuple(item_idempotency_key(key, index) for index in range(count))
 
     def _broken_contract(
         self, call: ToolCall, result: ToolMessage | Command[Any]
@@ -600,7 +670,8 @@ class GuardedToolNode:
         """Sync interception of one call: breaker admission, bulkhead, timeout, output
         contract, then the outcome reported back to the breaker."""
         call = request.tool_call
-        step_gone = _STEP_GONE.get()
+        in_step = _STEP.get()
+        step_gone = in_step.gone if in_step is not None else None
         if step_gone is not None and call["name"] in step_gone:
             return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
         admitted: _Admitted | None = None
@@ -635,7 +706,8 @@ class GuardedToolNode:
     ) -> ToolMessage | Command[Any]:
         """Async twin of `_wrap` (the breaker store's async methods, the loop's sleep)."""
         call = request.tool_call
-        step_gone = _STEP_GONE.get()
+        in_step = _STEP.get()
+        step_gone = in_step.gone if in_step is not None else None
         if step_gone is not None and call["name"] in step_gone:
             return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
         admitted: _Admitted | None = None
@@ -856,6 +928,8 @@ class GuardedToolNode:
                 batch.preflight.append(_Preflight(last, exhausted, key))
                 continue
             budget_left -= 1
+            if record is not None and record.get("item_keys"):
+                batch.item_keys[call_id] = list(record["item_keys"])
             batch.keys[call_id] = key
             batch.runnable.append({**call, "name": name, "args": args})
         return batch
@@ -905,6 +979,10 @@ class GuardedToolNode:
             if isinstance(raised, _Raised):
                 self._settle_failure(step, call, record, raised.error, now=batch.now)
                 continue
+            partial = self._partial(call, message)
+            if partial is not None and message is not None:
+                self._settle_partial(step, call, record, message, partial, now=batch.now)
+                continue
             emit(
                 Event(
                     "attempt",
@@ -917,7 +995,9 @@ class GuardedToolNode:
             record["status"] = "ok"
             step.calls[call_id] = record
             if message is not None:
-                step.messages.append(_with_trail(message, record))
+                message.response_metadata.pop("resilience_item_keys", None)
+                merged = _with_done_items(message, record, self.profiles.get(call["name"]))
+                step.messages.append(_with_trail(merged, record))
         for item in batch.preflight:
             self._settle_preflight(step, item, calls)
 
@@ -972,9 +1052,17 @@ class GuardedToolNode:
                 error=error.type,
             )
         )
+        self._decide(step, call, record, error, now=now)
+
+    def _decide(
+        self, step: _Step, call: ToolCall, record: CallRecord, error: ToolError, *, now: float
+    ) -> None:
+        """Carry out `decide()`'s verdict on a failed execution: retry, fall back, or on."""
+        call_id = call["id"] or ""
+        profile = self.profiles.get(call["name"])
         decision = decide(
             error,
-            attempts=attempts,
+            attempts=record["attempts"],
             thread_attempts=step.thread_attempts,
             elapsed=step.elapsed,
             policy=self.policy,
@@ -990,6 +1078,74 @@ class GuardedToolNode:
         if self._fall_back(step, call_id, record, error, decision):
             return
         self._carry_out(step, call_id, record, error, decision, now=now)
+
+    def _partial(self, call: ToolCall, message: ToolMessage | None) -> PartialResult | None:
+        """The `PartialResult` a batch tool answered with, or None."""
+        profile = self.profiles.get(call["name"])
+        if message is None or profile is None or profile.batch_arg is None:
+            return None
+        return as_partial_result(message.content)
+
+    def _settle_partial(
+        self,
+        step: _Step,
+        call: ToolCall,
+        record: CallRecord,
+        message: ToolMessage,
+        partial: PartialResult,
+        *,
+        now: float,
+    ) -> None:
+        """Some items of a batch failed: redo only those (PARTIAL), each keeping its
+        first key; what succeeded is kept for the call's final answer."""
+        call_id = call["id"] or ""
+        batch_arg = self.profiles[call["name"]].batch_arg or ""
+        items = call["args"].get(batch_arg)
+        keys = message.response_metadata.pop("resilience_item_keys", None)
+        try:
+            if not isinstance(items, list):
+                raise ValueError(f"the batch argument {batch_arg!r} is not a list")
+            redo = failed_items(items, partial, call_key="")
+        except ValueError as exc:  # the tool's partial result does not match its batch
+            self._settle_failure(step, call, record, exc, now=now)
+            return
+        done = [*record.get("done_items", []), *partial.succeeded]
+        error = ToolError(
+            type="PartialResult",
+            failure_class=FailureClass.PARTIAL,
+            message=redact(
+                f"{len(redo)} of {len(items)} items failed: "
+                + "; ".join(f.error for f in partial.failed[:3])
+            ),
+            suggested_action="retry",
+            retriable=True,
+            tool=call["name"],
+            call_id=call_id,
+            attempt=record["attempts"],
+            context={"failed": [r.item for r in redo], "succeeded": done},
+        )
+        record["error"] = error.model_dump(mode="json")
+        record["done_items"] = done
+        record["args"] = {**call["args"], batch_arg: [r.item for r in redo]}
+        record["key"] = call_key(
+            call["name"], record["args"], noise_fields=self.policy.noise_fields
+        )
+        if keys is not None and len(keys) == len(items):
+            record["item_keys"] = [keys[r.index] for r in redo]
+        step.count("partial")
+        emit(
+            Event(
+                "attempt",
+                tool=call["name"],
+                call_id=call_id,
+                attempt=record["attempts"],
+                ok=False,
+                failure_class=FailureClass.PARTIAL.value,
+                failed=len(redo),
+                items=len(items),
+            )
+        )
+        self._decide(step, call, record, error, now=now)
 
     def _deposit(self, tool: str, now: float) -> None:
         """A first attempt earns retry tokens in the shared retry budget."""
@@ -1239,11 +1395,11 @@ class GuardedToolNode:
             return {}
         output: Any = {}
         if batch.runnable:
-            token = _STEP_GONE.set(set())
+            token = _STEP.set(_InStep(set(), batch.item_keys))
             try:
                 output = self._tool_node.invoke(self._input(state, batch), config)
             finally:
-                _STEP_GONE.reset(token)
+                _STEP.reset(token)
         return self._finish(state, batch, output)
 
     async def arun(self, state: Any, config: RunnableConfig) -> Any:
@@ -1253,11 +1409,11 @@ class GuardedToolNode:
             return {}
         output: Any = {}
         if batch.runnable:
-            token = _STEP_GONE.set(set())
+            token = _STEP.set(_InStep(set(), batch.item_keys))
             try:
                 output = await self._tool_node.ainvoke(self._input(state, batch), config)
             finally:
-                _STEP_GONE.reset(token)
+                _STEP.reset(token)
         return self._finish(state, batch, output)
 
 
@@ -1297,6 +1453,26 @@ def _with_coercions(
         "resilience_coercion": {"args": fixed.args, "changes": list(fixed.changes)},
     }
     return result.model_copy(update={"response_metadata": metadata})
+
+
+def _with_done_items(
+    message: ToolMessage, record: CallRecord, profile: ToolProfile | None
+) -> ToolMessage:
+    """A batch finished by redoing its failed items answers for the whole batch:
+    `ToolProfile.merge_batches`, else ``{"succeeded_earlier": [...], "result": last}``."""
+    done = record.get("done_items")
+    if not done:
+        return message
+    final: Any = message.content
+    if isinstance(final, str):
+        with contextlib.suppress(ValueError):
+            final = json.loads(final)
+    if profile is not None and profile.merge_batches is not None:
+        merged = profile.merge_batches(list(done), final)
+    else:
+        merged = {"succeeded_earlier": done, "result": final}
+    content = merged if isinstance(merged, str) else json.dumps(merged, default=str)
+    return message.model_copy(update={"content": content})
 
 
 def _with_trail(message: ToolMessage, record: CallRecord) -> ToolMessage:

@@ -61,7 +61,7 @@ from langgraph_resilience.chaos_tasks import (
 )
 from langgraph_resilience.cli import main
 from langgraph_resilience.errors import ConfigurationError, ToolError
-from langgraph_resilience.idempotency import EffectStatus
+from langgraph_resilience.idempotency import EffectStatus, as_partial_result
 from langgraph_resilience.replan import Plan, format_plan_request, verify
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from langgraph_resilience.tools import _CURRENT_KEY
@@ -253,14 +253,17 @@ def test_tool_removed_answers_unknown_tool_from_then_on() -> None:
 
 
 def test_partial_success_executes_half_a_batch_and_reports_the_rest() -> None:
-    """Partial success sends the first half and lists the rest as failed."""
+    """Partial success sends the first half and reports the rest as failed, in the
+    documented `PartialResult` shape."""
     _, notify, ledger, _ = chaos("partial_success")
 
     out = notify.invoke({"to": ["a", "b", "c", "d"], "subject": "x"})
 
     assert ledger.effects == [("notify", "a"), ("notify", "b")]
-    assert out["failed"] == ["c", "d"]
-    assert out["to"] == ["a", "b"]
+    partial = as_partial_result(out)
+    assert partial is not None
+    assert partial.succeeded == ["a", "b"]
+    assert [f.item for f in partial.failed] == ["c", "d"]
 
 
 def test_partial_success_leaves_calls_without_a_batch_alone() -> None:
