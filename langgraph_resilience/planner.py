@@ -18,7 +18,7 @@ human (when escalation is on) or returns to the agent with its envelope.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -82,9 +82,11 @@ class PlannerNode:
         policy: ResiliencePolicy,
         can_escalate: bool,
         breaker_states: BreakerStates | None = None,
+        side_effects: Collection[str] = (),
         messages_key: str = "messages",
     ) -> None:
         self.model = model
+        self.side_effects = frozenset(side_effects)
         self.tools_by_name = dict(tools_by_name)
         self.policy = policy
         self.can_escalate = can_escalate
@@ -107,6 +109,11 @@ class PlannerNode:
         failed_calls = {
             r["key"] for r in calls.values() if r["status"] != "ok" and r["error"] and r["key"]
         }
+        done_effects = {
+            r["key"]
+            for r in calls.values()
+            if r["status"] == "ok" and r["key"] and r["tool"] in self.side_effects
+        }
         states = dict(self.breaker_states()) if self.breaker_states else {}
         previous = ledger.get("plan")
         rejected = previous if previous and previous.get("status") == "rejected" else None
@@ -128,6 +135,7 @@ class PlannerNode:
             "failures": failures,
             "structural": structural,
             "failed_calls": failed_calls,
+            "done_effects": done_effects,
             "open": {tool for tool, s in states.items() if s == "open"},
             "request": request,
         }
@@ -174,6 +182,7 @@ class PlannerNode:
             open_breakers=context["open"],
             structurally_failed=context["structural"],
             failed_calls=context["failed_calls"],
+            done_effects=context["done_effects"],
             failures=context["failures"],
             max_steps=self.policy.max_plan_steps,
             noise_fields=self.policy.noise_fields,

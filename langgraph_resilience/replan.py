@@ -316,6 +316,7 @@ RejectionCode: TypeAlias = Literal[
     "breaker_open",
     "structurally_failed_tool",
     "repeated_failed_call",
+    "repeated_side_effect",
     "duplicate_call",
     "unknown_dependency",
     "unknown_fallback",
@@ -628,6 +629,7 @@ def _check_calls(
     open_breakers: Collection[str],
     structural: Collection[str],
     failed_keys: Collection[str],
+    done_effects: Collection[str],
     noise: frozenset[str],
 ) -> Iterator[RejectionReason]:
     """Tools, repeated calls, references and arguments, step by step."""
@@ -656,6 +658,14 @@ def _check_calls(
                 "repeated_failed_call",
                 f"Step {sid!r} repeats a call to {tool!r} that already failed with the same "
                 "arguments; change the tool or the arguments.",
+                sid,
+            )
+        if key in done_effects:
+            yield _reason(
+                "repeated_side_effect",
+                f"Step {sid!r} repeats a side effect of {tool!r} that already succeeded in "
+                "this thread with the same arguments; it would happen twice. Use its result "
+                "instead.",
                 sid,
             )
         if key in seen_calls:
@@ -756,13 +766,15 @@ def verify(
     failures: Sequence[ToolError] = (),
     max_steps: int = DEFAULT_MAX_STEPS,
     noise_fields: Iterable[str] = DEFAULT_NOISE_FIELDS,
+    done_effects: Collection[str] = (),
 ) -> PlanVerdict:
     """Check a plan before anything runs; every broken rule becomes one reason.
 
     `known_tools` maps each available tool to its args schema (or None to skip
     the check). `failed_calls` are `call_key`\\s of calls that failed in this
     thread, compared with each step's key *before* references are resolved
-    (pass the policy's `noise_fields`). `failures` are the thread's envelopes:
+    (pass the policy's `noise_fields`); `done_effects` are `call_key`\\s of side
+    effects that already succeeded in this thread. `failures` are the thread's envelopes:
     a STRUCTURAL one counts as `structurally_failed`, and they say which
     (tool, class) the diagnosis must name.
 
@@ -774,7 +786,9 @@ def verify(
       ``depends_on_fallback`` (depend on the step it stands in for instead),
       ``cycle`` (through ``depends_on`` and fallback edges);
     - tools and calls: ``unknown_tool``, ``breaker_open``,
-      ``structurally_failed_tool``, ``repeated_failed_call``, ``duplicate_call``
+      ``structurally_failed_tool``, ``repeated_failed_call``,
+      ``repeated_side_effect`` (a side effect this thread already did: a plan step
+      has a new call id, so a new idempotency key, and would do it again), ``duplicate_call``
       (two steps with the same tool and canonical args, e.g. a fallback that
       retries its step), ``invalid_args`` (against the schema, skipping
       top-level fields that contain a reference);
@@ -815,6 +829,7 @@ def verify(
             open_breakers=open_breakers,
             structural=structural,
             failed_keys=failed_keys,
+            done_effects=frozenset(done_effects),
             noise=frozenset(noise_fields),
         ),
         *_check_explanation(plan, failed_tools),

@@ -282,6 +282,7 @@ def add_resilience(
                 policy=policy,
                 can_escalate=escalate,
                 breaker_states=tool_node.breaker_states,
+                side_effects={n for n, p in tool_node.profiles.items() if p.side_effect},
                 messages_key=messages_key,
             ),
         )

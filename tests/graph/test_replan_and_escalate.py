@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.types import Command
 
-from langgraph_resilience import EVENT_KEY, ResiliencePolicy
+from langgraph_resilience import EVENT_KEY, ResiliencePolicy, ToolProfile
 from langgraph_resilience.testing import Fault, FaultyTool, ScriptedChatModel, text, tool_calls
 from tests.conftest import Runner, build_graph
 
@@ -272,3 +272,34 @@ def test_plan_events_are_streamed(runner: Runner) -> None:
         ["weather_v2"],
         [],
     ]
+
+
+def test_a_plan_that_repeats_a_done_side_effect_is_rejected(runner: Runner) -> None:
+    """The refund already happened; a plan that refunds again (a new call id, so a new
+    idempotency key) is rejected, and the next plan runs: one refund in all."""
+    paid = FaultyTool(refund)
+    again = {
+        **GOOD_PLAN,
+        "steps": [
+            *GOOD_PLAN["steps"],
+            {"id": "r", "tool": "refund", "args": {"order_id": 7, "amount": 5.0}},
+        ],
+    }
+    plans = planner(again, GOOD_PLAN)
+    h = build_graph(
+        [FaultyTool(get_weather, then=Fault.status(410)), geocode, weather_v2, paid],
+        [
+            tool_calls(("refund", {"order_id": 7, "amount": 5})),
+            tool_calls(("get_weather", {"city": "Oslo"})),
+            text("refunded; 12C"),
+        ],
+        planner_model=plans,
+        profiles={"refund": ToolProfile(side_effect=True)},
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "refund 7, then weather")]}, h.config())
+
+    assert paid.executions == 1
+    assert plans.calls == 2
+    assert "repeated_side_effect" in plans.received[1][-1].text
+    assert out["resilience"]["plan"]["status"] == "completed"

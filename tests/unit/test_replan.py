@@ -183,6 +183,11 @@ CASES: dict[str, Case] = {
         ),
         {"failed_calls": [FAILED_KEY, call_key("search", {"q": "paris weather", "limit": 5})]},
     ),
+    "side effect already done": Case(
+        {"repeated_side_effect"},
+        plan,
+        {"done_effects": [call_key("geocode", {"city": "Paris"})]},
+    ),
     "fallback retrying its own step": Case(
         {"duplicate_call"},
         lambda: plan(
@@ -333,6 +338,18 @@ def test_repeating_the_failed_call_with_reordered_keys_and_noise_is_rejected() -
         failed_calls=[failed],
     )
     assert "repeated_failed_call" not in verdict.codes
+
+
+def test_a_side_effect_already_done_in_the_thread_is_not_planned_again() -> None:
+    """A plan step is a new call id, so a new idempotency key: re-running an effect the
+    thread already did would do it twice. Other arguments are another effect."""
+    done = call_key("geocode", {"city": "Paris", "reasoning": "first"})
+
+    verdict = check(plan(), done_effects=[done])
+
+    assert verdict.codes == {"repeated_side_effect"}
+    assert verdict.reasons[0].step == "geo"
+    assert check(plan(), done_effects=[call_key("geocode", {"city": "Lyon"})]).accepted
 
 
 def test_failed_calls_are_compared_before_resolving_references() -> None:
