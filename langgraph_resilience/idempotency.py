@@ -273,14 +273,18 @@ def claim_action(claim: Claim, *, can_check_status: bool) -> ClaimAction:
 
 
 def summarize_records(records: Iterable[IdempotencyRecord]) -> dict[str, int]:
-    """Count ledger records by status.
+    """Count a thread's side effects by status; a finished compensation (its
+    ``comp:`` record) counts as ``compensated``, not as one more effect done.
 
-    >>> summarize_records([IdempotencyRecord("a", "done"), IdempotencyRecord("b", "pending")])
-    {'pending': 1, 'done': 1, 'failed': 0}
+    >>> summarize_records([IdempotencyRecord("a", "done"), IdempotencyRecord("b", "pending"),
+    ...                    IdempotencyRecord(compensation_key("a"), "done")])
+    {'pending': 1, 'done': 1, 'failed': 0, 'compensated': 1}
     """
-    counts = {"pending": 0, "done": 0, "failed": 0}
+    counts = {"pending": 0, "done": 0, "failed": 0, "compensated": 0}
     for record in records:
-        counts[record.status] = counts.get(record.status, 0) + 1
+        compensation = record.key.startswith(compensation_key(""))
+        status = "compensated" if compensation and record.status == "done" else record.status
+        counts[status] = counts.get(status, 0) + 1
     return counts
 
 

@@ -71,9 +71,8 @@ def coerce_args(args: Mapping[str, Any], schema: Any) -> Coercion:
     """Return `args` with lossless fixes applied against a pydantic `schema`.
 
     >>> from typing import Literal
-    >>> class Refund(BaseModel):
-    ...     amount: float
-    ...     currency: Literal["USD", "EUR"]
+    >>> from pydantic import create_model
+    >>> Refund = create_model("Refund", amount=(float, ...), currency=(Literal["USD", "EUR"], ...))
     >>> coerce_args({"amount": "12.5", "currency": "usd"}, Refund).changes
     ("currency: 'usd' -> 'USD'", "amount: '12.5' -> 12.5")
     """

@@ -542,7 +542,7 @@ def test_interrupted_thread_is_resumed_from_another_process(pg_dsn: str, mode: s
     assert started["next"] == ["ask"]
     assert started["interrupts"] == [{"question": "charge this order?", "order": "o-17"}]
     assert resumed["status"]["state"] == "done"
-    assert resumed["status"]["effects"] == {"pending": 0, "done": 1, "failed": 0}
+    assert resumed["status"]["effects"] == {"pending": 0, "done": 1, "failed": 0, "compensated": 0}
     assert resumed["values"]["decision"] == "yes"
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute("SELECT order_id FROM payments").fetchall()

@@ -1,0 +1,33 @@
+"""Every example in the package's docstrings runs and prints what it shows."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import langgraph_resilience
+
+MODULES = sorted(
+    info.name
+    for info in pkgutil.iter_modules(langgraph_resilience.__path__)
+    if info.name != "__main__"
+)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_hold(name: str) -> None:
+    module = importlib.import_module(f"langgraph_resilience.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
+
+
+def test_the_package_has_examples_to_check() -> None:
+    """Guards the test above against finding nothing (e.g. a renamed package path)."""
+    attempted = sum(
+        doctest.testmod(importlib.import_module(f"langgraph_resilience.{name}")).attempted
+        for name in MODULES
+    )
+    assert attempted >= 100
