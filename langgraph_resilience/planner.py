@@ -128,6 +128,10 @@ class PlannerNode:
             if rejected and rejected.get("plan")
             else None,
             max_steps=self.policy.max_plan_steps,
+            arguments={
+                call_id: record.get("origin_args") or record.get("args") or {}
+                for call_id, record in waiting.items()
+            },
         )
         return {
             "ledger": ledger,

@@ -65,7 +65,7 @@ from langgraph_resilience.errors import (
     ResilienceError,
     ToolError,
 )
-from langgraph_resilience.redaction import redact
+from langgraph_resilience.redaction import redact, redact_value
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -1043,13 +1043,16 @@ def format_plan_request(
     rejected: PlanVerdict | None = None,
     rejected_plan: Plan | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    arguments: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[BaseMessage]:
     """Build the planner's prompt: a `SystemMessage` with the rules, a `HumanMessage` with
     the goal, the failures, the tools and the previous rejection.
 
     `goal` is the conversation as text, `failures` the (already redacted)
-    envelopes, shown as JSON and redacted again; no argument of a failed call is
-    added beyond what its envelope holds. `tools` are anything
+    envelopes, shown as JSON and redacted again. `arguments` maps a failed call's
+    id to the arguments it failed with, shown next to its envelope with
+    secret-named fields redacted, so the planner knows what not to repeat and which
+    values a new path needs. `tools` are anything
     `convert_to_openai_tool` accepts; `breaker_states` maps a tool to
     ``closed``/``open``/``half_open``. A tool with an open breaker or a
     structural failure is listed as unavailable. `rejected` (and
@@ -1081,6 +1084,10 @@ def format_plan_request(
             spec["unavailable_because"] = "; ".join(unavailable)
         listed.append(spec)
     envelopes = [error.model_dump(mode="json", exclude_none=True) for error in failures]
+    for envelope in envelopes:
+        args = (arguments or {}).get(str(envelope.get("call_id") or ""))
+        if args is not None:
+            envelope["arguments"] = redact_value(dict(args))
     sections = [
         "## Goal\n" + (goal.strip() or "(no conversation given)"),
         "## Failed calls (error envelopes)\n" + redact(_json_block(envelopes)),

@@ -255,7 +255,7 @@ def test_records_by_thread_and_redacted_args(ledger: IdempotencyStore) -> None:
     assert sorted(r.key for r in records) == ["a", "b"]
     by_key = {r.key: r for r in records}
     assert by_key["a"].args == {"user": "u", "password": "[REDACTED]"}
-    assert summarize_records(records) == {"pending": 1, "done": 1, "failed": 0}
+    assert summarize_records(records) == {"pending": 1, "done": 1, "failed": 0, "compensated": 0}
 
 
 def test_outcomes_must_be_json(ledger: IdempotencyStore) -> None:

@@ -995,3 +995,22 @@ def test_plan_request_never_leaks_secrets() -> None:
     assert "abcdef0123456789" not in content
     assert "sk-live" not in content
     assert "[REDACTED]" in content
+
+
+def test_plan_request_shows_the_failed_arguments_redacted() -> None:
+    """The planner sees what the failed call was asked (so it can reuse the values and
+    avoid the repeat), never a secret-named field's value."""
+    (_, human) = format_plan_request(
+        goal="g",
+        failures=[REMOVED],
+        tools=[],
+        arguments={"call_1": {"city": "Paris", "api_token": "tok-0123456789abcdef"}},
+    )
+    content = str(human.content)
+    assert '"arguments": {' in content
+    assert '"city": "Paris"' in content
+    assert "tok-0123456789abcdef" not in content
+    (_, other) = format_plan_request(
+        goal="g", failures=[REMOVED], tools=[], arguments={"call_9": {"city": "Rome"}}
+    )
+    assert "Rome" not in str(other.content)  # only the arguments of the failed calls
