@@ -832,16 +832,22 @@ class GuardedToolNode:
         chain = self.profiles.get(primary)
         if chain is None:
             return []
-        states = self.breaker_states()
         memory = self.policy.structural_memory_s
         return [
             name
             for name in chain.fallbacks
             if name not in tried
             and name in self.tools_by_name
-            and states.get(name, "closed") != "open"
             and remembered_gone(gone, name, now=now, memory=memory) is None
+            and not self._breaker_open(name)
         ]
+
+    def _breaker_open(self, tool: str) -> bool:
+        """Whether `tool`'s breaker is open now (one store read, only for this tool)."""
+        if self.breaker is None:
+            return False
+        snapshot = self.breaker_store.snapshot(self.breaker_key(tool))
+        return snapshot.status_at(self.breaker, self.clock.time()) == "open"
 
     def _avoid_gone(
         self, batch: _Batch, call: ToolCall, gone: Mapping[str, float]
