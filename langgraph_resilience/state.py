@@ -73,6 +73,8 @@ class CallRecord(TypedDict):
     """The agent's arguments, kept when a fallback adapts them."""
     tried: NotRequired[list[str]]
     """Tools that already failed this call: a fallback chain never returns to them."""
+    fallback_at: NotRequired[int]
+    """`attempts` when the current fallback took over: its own attempts count from here."""
     item_keys: NotRequired[list[str]]
     """A redone batch call: the idempotency keys its items had on the first run."""
     done_items: NotRequired[list[Any]]

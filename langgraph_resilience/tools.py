@@ -979,7 +979,7 @@ class GuardedToolNode:
                 self._note_reroute(step, call_id, record, batch.rerouted[call_id])
             if call_id not in refused:
                 step.count("attempt")
-                if attempts == 1:
+                if _tool_attempts(record) == 1:  # a first try of this tool
                     self._deposit(call["name"], batch.now)
             raised = message.artifact if message is not None else None
             if isinstance(raised, _Raised):
@@ -994,7 +994,7 @@ class GuardedToolNode:
                     "attempt",
                     tool=call["name"],
                     call_id=call_id,
-                    attempt=record["attempts"],
+                    attempt=_tool_attempts(record),
                     ok=True,
                 )
             )
@@ -1029,7 +1029,7 @@ class GuardedToolNode:
     ) -> None:
         """Classify one failed execution and carry out `decide()`'s verdict on it."""
         call_id = call["id"] or ""
-        attempts = record["attempts"]
+        attempts = _tool_attempts(record)
         profile = self.profiles.get(call["name"])
         error = classify(
             exc,
@@ -1068,7 +1068,7 @@ class GuardedToolNode:
         profile = self.profiles.get(call["name"])
         decision = decide(
             error,
-            attempts=record["attempts"],
+            attempts=_tool_attempts(record),
             thread_attempts=step.thread_attempts,
             elapsed=step.elapsed,
             policy=self.policy,
@@ -1127,7 +1127,7 @@ class GuardedToolNode:
             retriable=True,
             tool=call["name"],
             call_id=call_id,
-            attempt=record["attempts"],
+            attempt=_tool_attempts(record),
             context={"failed": [r.item for r in redo], "succeeded": done},
         )
         record["error"] = error.model_dump(mode="json")
@@ -1144,7 +1144,7 @@ class GuardedToolNode:
                 "attempt",
                 tool=call["name"],
                 call_id=call_id,
-                attempt=record["attempts"],
+                attempt=_tool_attempts(record),
                 ok=False,
                 failure_class=FailureClass.PARTIAL.value,
                 failed=len(redo),
@@ -1190,6 +1190,7 @@ class GuardedToolNode:
         record["origin_args"] = origin
         record["tried"] = tried
         record["served_by"] = fallback
+        record["fallback_at"] = record["attempts"]  # the fallback's own attempts start here
         record["args"] = args
         record["status"] = "scheduled"
         record["due"] = None
@@ -1272,7 +1273,7 @@ class GuardedToolNode:
                     "retry_scheduled",
                     tool=tool,
                     call_id=call_id,
-                    attempt=record["attempts"],
+                    attempt=_tool_attempts(record),
                     delay=round(decision.delay, 6),
                 )
             )
@@ -1288,7 +1289,7 @@ class GuardedToolNode:
                     "gave_up",
                     tool=tool,
                     call_id=call_id,
-                    attempt=record["attempts"],
+                    attempt=_tool_attempts(record),
                     failure_class=error.failure_class.value,
                     exhausted=decision.exhausted,
                 )
@@ -1421,6 +1422,12 @@ class GuardedToolNode:
             finally:
                 _STEP.reset(token)
         return self._finish(state, batch, output)
+
+
+def _tool_attempts(record: CallRecord) -> int:
+    """Executions of the call by the tool serving it now: a fallback gets its own
+    `max_attempts` and backoff, counted from when it took over."""
+    return record["attempts"] - record.get("fallback_at", 0)
 
 
 def _record(

@@ -22,6 +22,7 @@ from langgraph_resilience.breaker import (
     InMemoryRetryBudgetStore,
     RetryBudget,
 )
+from langgraph_resilience.events import EVENT_KEY
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, State, build_graph
 
@@ -126,6 +127,41 @@ def test_fallback_chain_adapts_args_and_never_returns_to_a_tried_tool(runner: Ru
     [message] = tool_messages(out)
     assert message.content == "v3 results for lamps"
     assert message.response_metadata["resilience"]["tried"] == ["search", "search_v2"]
+
+
+def test_a_fallback_gets_its_own_attempts_and_backoff(runner: Runner) -> None:
+    """v1 answers 503 until its 3 attempts are spent; v2 takes over and its own first
+    503 is retried (it is its attempt 1 of 3, not the call's 4th)."""
+    v1 = FaultyTool(search, then=Fault.status(503))
+    v2 = FaultyTool(search_v2, [Fault.status(503)])
+    h = build_graph(
+        [v1, v2],
+        [tool_calls(("search", {"query": "lamps"})), text("ok")],
+        profiles={"search": ToolProfile(fallback="search_v2")},
+        policy=ResiliencePolicy(max_attempts=3),
+    )
+
+    chunks = runner.stream(
+        h.app, {"messages": [("user", "x")]}, h.config(), stream_mode=["custom", "values"]
+    )
+
+    assert (v1.calls, v2.calls) == (3, 2)
+    final = next(c for mode, c in reversed(chunks) if mode == "values")
+    [message] = tool_messages(final)
+    assert message.content == "v2 results for lamps"
+    attempts = [
+        (c["tool"], c["attempt"])
+        for mode, c in chunks
+        if mode == "custom" and c[EVENT_KEY] == "attempt"
+    ]
+    assert attempts == [
+        ("search", 1),
+        ("search", 2),
+        ("search", 3),
+        ("search_v2", 1),
+        ("search_v2", 2),
+    ]
+    assert len(h.clock.sleeps) == 3  # two backoffs for v1, one for v2
 
 
 def test_retry_budget_refuses_retries_when_empty(runner: Runner) -> None:
