@@ -101,8 +101,18 @@ class PlannerNode:
             for call_id in current_tool_call_ids(state, self.messages_key)
             if call_id in calls and calls[call_id]["status"] == "replan"
         }
-        failures = [ToolError.model_validate(r["error"]) for r in waiting.values() if r["error"]]
-        history = [ToolError.model_validate(r["error"]) for r in calls.values() if r["error"]]
+        failures = [
+            ToolError.model_validate(envelope)
+            for record in waiting.values()
+            for envelope in [*record.get("tried_errors", []), record["error"]]
+            if envelope
+        ]
+        history = [
+            ToolError.model_validate(envelope)
+            for record in calls.values()
+            for envelope in [*record.get("tried_errors", []), record["error"]]
+            if envelope
+        ]
         structural = {
             e.tool for e in history if e.tool and e.failure_class is FailureClass.STRUCTURAL
         }

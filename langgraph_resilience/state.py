@@ -73,6 +73,8 @@ class CallRecord(TypedDict):
     """The agent's arguments, kept when a fallback adapts them."""
     tried: NotRequired[list[str]]
     """Tools that already failed this call: a fallback chain never returns to them."""
+    tried_errors: NotRequired[list[dict[str, Any]]]
+    """The envelopes of the tools in `tried`, in order (the planner sees them all)."""
     fallback_at: NotRequired[int]
     """`attempts` when the current fallback took over: its own attempts count from here."""
     item_keys: NotRequired[list[str]]

@@ -877,6 +877,31 @@ class GuardedToolNode:
         batch.preflight.append(_Preflight(error))
         return None
 
+    def _admit(
+        self,
+        batch: _Batch,
+        call: ToolCall,
+        key: str,
+        *,
+        seen: dict[str, int],
+        recent: list[str],
+        gone: Mapping[str, float],
+    ) -> tuple[str, dict[str, Any], str] | None:
+        """A new call passes the loop guard (the agent's calls only: plan steps are
+        verified instead) and the thread's memory of gone tools: the tool, arguments
+        and key to run, or None when it is answered without running."""
+        if not (call["id"] or "").startswith(PLAN_CALL_PREFIX) and self._is_loop(
+            batch, call, key, seen, recent
+        ):
+            return None
+        if call["name"] not in gone:
+            return call["name"], call["args"], key
+        routed = self._avoid_gone(batch, call, gone)
+        if routed is None:
+            return None
+        name, args = routed
+        return name, args, call_key(name, args, noise_fields=self.policy.noise_fields)
+
     def _plan(self, state: Any) -> _Batch | None:
         messages = read_messages(state, self.messages_key)
         found = last_ai_message(messages)
@@ -916,14 +941,11 @@ class GuardedToolNode:
                 continue
             args = dict(record["args"]) if record is not None and "args" in record else call["args"]
             key = call_key(name, args, noise_fields=self.policy.noise_fields)
-            if record is None and self._is_loop(batch, call, key, seen, recent):
-                continue
-            if record is None and name in gone:
-                routed = self._avoid_gone(batch, call, gone)
-                if routed is None:
+            if record is None:  # a call issued now, not a retry of one in the ledger
+                admitted = self._admit(batch, call, key, seen=seen, recent=recent, gone=gone)
+                if admitted is None:
                     continue
-                name, args = routed
-                key = call_key(name, args, noise_fields=self.policy.noise_fields)
+                name, args, key = admitted
             exhausted: ExhaustionReason | None = None
             if deadline_passed:
                 exhausted = "deadline"
@@ -1191,6 +1213,7 @@ class GuardedToolNode:
         record["tried"] = tried
         record["served_by"] = fallback
         record["fallback_at"] = record["attempts"]  # the fallback's own attempts start here
+        record["tried_errors"] = [*record.get("tried_errors", []), error.model_dump(mode="json")]
         record["args"] = args
         record["status"] = "scheduled"
         record["due"] = None

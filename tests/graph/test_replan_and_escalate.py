@@ -303,3 +303,67 @@ def test_a_plan_that_repeats_a_done_side_effect_is_rejected(runner: Runner) -> N
     assert plans.calls == 2
     assert "repeated_side_effect" in plans.received[1][-1].text
     assert out["resilience"]["plan"]["status"] == "completed"
+
+
+def test_plan_steps_are_not_judged_by_the_agent_loop_guard(runner: Runner) -> None:
+    """The agent looked Oslo up twice (the loop guard's limit); the verified plan looks it
+    up again, which is the plan's business, not a stuck agent: the plan completes."""
+    geo = FaultyTool(geocode)
+    h = build_graph(
+        [FaultyTool(get_weather, then=Fault.status(410)), geo, weather_v2],
+        [
+            tool_calls(("geocode", {"city": "Oslo"})),
+            tool_calls(("geocode", {"city": "Oslo"})),
+            tool_calls(("get_weather", {"city": "Oslo"})),
+            text("12C in Oslo"),
+        ],
+        planner_model=planner(GOOD_PLAN),
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "weather in Oslo?")]}, h.config())
+
+    assert geo.executions == 3
+    assert out["resilience"]["plan"]["status"] == "completed"
+    assert out["resilience"]["events"].get("loop_detected", 0) == 0
+
+
+@tool
+def weather_eu(city: str) -> str:
+    """Weather for a European city (a mirror of the old endpoint)."""
+    return f"mild in {city}"
+
+
+def test_the_planner_may_diagnose_the_primary_that_a_fallback_stood_in_for(
+    runner: Runner,
+) -> None:
+    """get_weather and its fallback weather_eu both stay down (503): the plan's diagnosis
+    names get_weather, which did fail in this thread, and is accepted at once."""
+    down = {
+        **GOOD_PLAN,
+        "diagnosis": {
+            "failed_tool": "get_weather",
+            "failure_class": "transient",
+            "cause": "get_weather kept answering 503 Service Unavailable, and so did weather_eu",
+        },
+    }
+    plans = planner(down)
+    h = build_graph(
+        [
+            FaultyTool(get_weather, then=Fault.status(503)),
+            FaultyTool(weather_eu, then=Fault.status(503)),
+            geocode,
+            weather_v2,
+        ],
+        [tool_calls(("get_weather", {"city": "Oslo"})), text("12C in Oslo")],
+        planner_model=plans,
+        profiles={"get_weather": ToolProfile(fallback="weather_eu")},
+        policy=ResiliencePolicy(max_attempts=2),
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "weather in Oslo?")]}, h.config())
+
+    assert plans.calls == 1
+    assert out["resilience"]["plan"]["status"] == "completed"
+    request = plans.received[0][-1].text
+    assert '"tool": "get_weather"' in request
+    assert '"tool": "weather_eu"' in request
