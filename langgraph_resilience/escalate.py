@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import AnyMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphInterrupt
 from langgraph.types import interrupt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -76,10 +77,17 @@ def escalation_request(call_id: str, record: CallRecord, error: ToolError) -> di
     }
 
 
-def _ask(request: dict[str, Any]) -> Resolution:
-    """Interrupt until the answer is a valid `Resolution` (each retry shows the error)."""
+def _ask(request: dict[str, Any], asked: Event) -> Resolution:
+    """Interrupt until the answer is a valid `Resolution` (each retry shows the error).
+
+    `asked` is emitted when the question is put, not when a resumed node re-runs and
+    `interrupt()` returns the answer it already has (LangGraph re-runs the node)."""
     while True:
-        answer = interrupt(request)
+        try:
+            answer = interrupt(request)
+        except GraphInterrupt:
+            emit(asked)
+            raise
         try:
             return Resolution.model_validate(answer)
         except ValidationError as exc:
@@ -138,15 +146,13 @@ class EscalateNode:
                 updates[call_id] = {**record, "status": "failed"}
                 messages.append(_answered(error, Resolution(action="abort"), by="abort"))
                 continue
-            emit(
-                Event(
-                    "escalation",
-                    tool=record["tool"],
-                    call_id=call_id,
-                    failure_class=error.failure_class.value,
-                )
+            asked = Event(
+                "escalation",
+                tool=record["tool"],
+                call_id=call_id,
+                failure_class=error.failure_class.value,
             )
-            resolution = _ask(escalation_request(call_id, record, error))
+            resolution = _ask(escalation_request(call_id, record, error), asked)
             emit(
                 Event("resolution", tool=record["tool"], call_id=call_id, action=resolution.action)
             )

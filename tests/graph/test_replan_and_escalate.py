@@ -367,3 +367,34 @@ def test_the_planner_may_diagnose_the_primary_that_a_fallback_stood_in_for(
     request = plans.received[0][-1].text
     assert '"tool": "get_weather"' in request
     assert '"tool": "weather_eu"' in request
+
+
+def test_each_question_to_a_human_is_announced_once(runner: Runner) -> None:
+    """Two refusals in one turn: each escalation event is streamed when its question is
+    put, not again when the resumed node re-runs past the answered ones."""
+    guarded = FaultyTool(refund, [Fault.status(403), Fault.status(403)])
+    h = build_graph(
+        [guarded],
+        [
+            tool_calls(
+                ("refund", {"order_id": 7, "amount": 1.0}),
+                ("refund", {"order_id": 8, "amount": 2.0}),
+            ),
+            text("both skipped"),
+        ],
+        escalate=True,
+    )
+    config = h.config()
+    streamed: list[dict[str, Any]] = []
+
+    def run(inp: Any) -> None:
+        streamed.extend(runner.stream(h.app, inp, config, stream_mode="custom"))
+
+    run({"messages": [("user", "refund both")]})
+    run(Command(resume={"action": "skip"}))
+    run(Command(resume={"action": "skip"}))
+
+    asked = [e["call_id"] for e in streamed if e.get(EVENT_KEY) == "escalation"]
+    assert len(asked) == 2
+    assert len(set(asked)) == 2
+    assert h.app.get_state(config).values["messages"][-1].content == "both skipped"
