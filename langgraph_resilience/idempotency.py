@@ -73,7 +73,15 @@ import inspect
 import json
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from collections.abc import Sequence as SequenceABC
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Literal, Protocol, TypeAlias, cast, runtime_checkable
@@ -718,40 +726,75 @@ def _record_of(row: Mapping[str, Any]) -> IdempotencyRecord:
     )
 
 
-Rows: TypeAlias = list[dict[str, Any]]
-Script: TypeAlias = Generator[tuple[str, Mapping[str, Any]], Rows, Any]
+Script: TypeAlias = Generator[tuple[str, Mapping[str, Any]], SequenceABC[Any], Any]
 """A sequence of statements whose next one depends on the rows of the last: the
-one decision logic that the sync and async Postgres ledgers both run."""
+one decision logic that every SQL ledger (Postgres sync and async, SQLite) runs."""
 
 
-def _claim_script(key: str, params: Mapping[str, Any]) -> Script:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Dialect:
+    """The statements and row reader of one SQL backend of the ledger."""
+
+    intent: str
+    """Insert the intent unless the key exists; return the new row (or none)."""
+    get: str
+    outcome_insert: str | None
+    """An outcome for a key with no intent, when the outcome statement does not insert."""
+    record_of: Callable[[Any], IdempotencyRecord]
+
+
+def _claim_script(dialect: _Dialect, key: str, params: Mapping[str, Any]) -> Script:
     """Claim `key`: the intent (new), else the record already there (pending/done)."""
     for _ in range(_CLAIM_RETRIES):
-        rows = yield _PG_INTENT, params
+        rows = yield dialect.intent, params
         if rows:
-            return Claim("new", _record_of(rows[0]))
-        rows = yield _PG_GET, {"key": key}
+            return Claim("new", dialect.record_of(rows[0]))
+        rows = yield dialect.get, {"key": key}
         if rows:  # else it was released since: claim again
-            record = _record_of(rows[0])
+            record = dialect.record_of(rows[0])
             return Claim("pending" if record.status == "pending" else "done", record)
     raise _lost_claim(key)
 
 
-def _outcome_script(key: str, params: Mapping[str, Any], update_sql: str) -> Script:
+def _outcome_script(
+    dialect: _Dialect, key: str, params: Mapping[str, Any], outcome_sql: str
+) -> Script:
     """Record an outcome: on the pending intent; else the recorded outcome wins;
     else (no intent at all) a new record."""
     for _ in range(_CLAIM_RETRIES):
-        rows = yield update_sql, params
+        rows = yield outcome_sql, params
         if rows:
-            return _record_of(rows[0])
-        rows = yield _PG_GET, {"key": key}
+            return dialect.record_of(rows[0])
+        rows = yield dialect.get, {"key": key}
         if rows and rows[0]["status"] != "pending":
-            return _record_of(rows[0])
-        if not rows:
-            rows = yield _PG_OUTCOME_INSERT, params
+            return dialect.record_of(rows[0])
+        if not rows and dialect.outcome_insert is not None:
+            rows = yield dialect.outcome_insert, params
             if rows:
-                return _record_of(rows[0])
+                return dialect.record_of(rows[0])
     raise _lost_claim(key)
+
+
+def _run_script(script: Script, rows: Callable[[str, Mapping[str, Any]], SequenceABC[Any]]) -> Any:
+    """Drive a statement script with a sync statement runner."""
+    try:
+        query, params = next(script)
+        while True:
+            query, params = script.send(rows(query, params))
+    except StopIteration as done:
+        return done.value
+
+
+async def _arun_script(
+    script: Script, rows: Callable[[str, Mapping[str, Any]], Awaitable[SequenceABC[Any]]]
+) -> Any:
+    """Drive a statement script with an async statement runner."""
+    try:
+        query, params = next(script)
+        while True:
+            query, params = script.send(await rows(query, params))
+    except StopIteration as done:
+        return done.value
 
 
 def _entry_of(row: Mapping[str, Any]) -> SagaEntry:
@@ -823,15 +866,6 @@ class _SyncPostgres:
                 conn.commit()
             return rows
 
-    def _run(self, script: Script) -> Any:
-        """Drive a statement script to its result."""
-        try:
-            query, params = next(script)
-            while True:
-                query, params = script.send(self._rows(query, params))
-        except StopIteration as done:
-            return done.value
-
     def _ddl(self, statements: Iterable[str]) -> None:
         with self._connection() as conn:
             with conn.transaction():
@@ -870,15 +904,6 @@ class _AsyncPostgres:
             if not conn.autocommit:
                 await conn.commit()
             return rows
-
-    async def _arun(self, script: Script) -> Any:
-        """Drive a statement script to its result."""
-        try:
-            query, params = next(script)
-            while True:
-                query, params = script.send(await self._rows(query, params))
-        except StopIteration as done:
-            return done.value
 
     async def _ddl(self, statements: Iterable[str]) -> None:
         async with self._connection() as conn:
@@ -943,14 +968,15 @@ class PostgresIdempotencyStore(_SyncPostgres, _OutcomeMode):
     def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
         """Atomically write an intent for `key` unless one exists (one round trip)."""
         params = _claim_params(key, tool, args_json, thread_id)
-        return cast("Claim", self._run(_claim_script(key, params)))
+        return cast("Claim", _run_script(_claim_script(_PG, key, params), self._rows))
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
         """Record the outcome of a pending intent (one round trip); the first wins."""
         params = _record_params(key, result, status)
-        return cast("IdempotencyRecord", self._run(_outcome_script(key, params, self._record_sql)))
+        script = _outcome_script(_PG, key, params, self._record_sql)
+        return cast("IdempotencyRecord", _run_script(script, self._rows))
 
     def release(self, key: str) -> bool:
         """Forget a pending or failed record so that the next claim is ``new``."""
@@ -1010,15 +1036,15 @@ class AsyncPostgresIdempotencyStore(_AsyncPostgres, _OutcomeMode):
     async def aclaim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
         """Atomically write an intent for `key` unless one exists (one round trip)."""
         params = _claim_params(key, tool, args_json, thread_id)
-        return cast("Claim", await self._arun(_claim_script(key, params)))
+        return cast("Claim", await _arun_script(_claim_script(_PG, key, params), self._rows))
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
         """Record the outcome of a pending intent (one round trip); the first wins."""
         params = _record_params(key, result, status)
-        script = _outcome_script(key, params, self._record_sql)
-        return cast("IdempotencyRecord", await self._arun(script))
+        script = _outcome_script(_PG, key, params, self._record_sql)
+        return cast("IdempotencyRecord", await _arun_script(script, self._rows))
 
     async def arelease(self, key: str) -> bool:
         """Forget a pending or failed record so that the next claim is ``new``."""
@@ -1232,6 +1258,15 @@ def _sqlite_record(row: sqlite3.Row) -> IdempotencyRecord:
     )
 
 
+_PG = _Dialect(
+    intent=_PG_INTENT, get=_PG_GET, outcome_insert=_PG_OUTCOME_INSERT, record_of=_record_of
+)
+_SQLITE = _Dialect(
+    intent=_SQLITE_CLAIM, get=_SQLITE_GET, outcome_insert=None, record_of=_sqlite_record
+)
+"""SQLite's outcome statement is an upsert: it also inserts a key with no intent."""
+
+
 class _Sqlite:
     """One sqlite3 connection (autocommit) shared by the ledger and the saga log."""
 
@@ -1268,28 +1303,15 @@ class SqliteIdempotencyStore(_Sqlite):
     def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
         """Atomically write an intent for `key` unless one exists."""
         params = _claim_params(key, tool, args_json, thread_id)
-        for _ in range(_CLAIM_RETRIES):
-            rows = self._rows(_SQLITE_CLAIM, params)
-            if rows:
-                return Claim("new", _sqlite_record(rows[0]))
-            existing = self.get(key)
-            if existing is not None:
-                return Claim("pending" if existing.status == "pending" else "done", existing)
-        raise _lost_claim(key)
+        return cast("Claim", _run_script(_claim_script(_SQLITE, key, params), self._rows))
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
         """Record the outcome of a pending intent; the first outcome recorded wins."""
         params = _record_params(key, result, status)
-        for _ in range(_CLAIM_RETRIES):
-            rows = self._rows(_SQLITE_RECORD, params)
-            if rows:
-                return _sqlite_record(rows[0])
-            existing = self.get(key)  # an outcome was already recorded: it wins
-            if existing is not None:
-                return existing
-        raise _lost_claim(key)
+        script = _outcome_script(_SQLITE, key, params, _SQLITE_RECORD)
+        return cast("IdempotencyRecord", _run_script(script, self._rows))
 
     def release(self, key: str) -> bool:
         """Forget a pending or failed record so that the next claim is ``new``."""
