@@ -20,8 +20,8 @@ import dataclasses
 import inspect
 import json
 import random
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from typing import Any, Literal, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -56,6 +56,7 @@ from langgraph_resilience.errors import (
 )
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.idempotency import (
+    Claim,
     CompensationReport,
     EffectStatus,
     IdempotencyStore,
@@ -186,6 +187,17 @@ def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False
         tool_call_id=call["id"] or "",
         response_metadata={"resilience": {how: True, "idempotency_key": key}},
     )
+
+
+_EffectOp = tuple[Literal["claim", "status", "record", "release", "run", "saga"], Any]
+"""One I/O step of `GuardedToolNode._effect_flow` and its argument."""
+
+
+def _status_check(effect: _Effect) -> Callable[[str], Any]:
+    check = effect.profile.status_check
+    if check is None:  # the flow asks only when there is one
+        raise RuntimeError("status_check asked for a tool that has none")
+    return check
 
 
 def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> None:
@@ -511,117 +523,155 @@ class GuardedToolNode:
         )
         return _Effect(key, thread_id, canonical_args(args), profile)
 
-    def _once(
-        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
-    ) -> ToolMessage | Command[Any]:
-        """Run a side effect at most once per idempotency key (see idempotency.py)."""
-        effect = self._effect(call, request)
-        if effect is None or self.idempotency is None:
-            return self._run(call, request, execute)
-        claim = self.idempotency.claim(
-            effect.key, tool=call["name"], args_json=effect.args_json, thread_id=effect.thread_id
-        )
+    def _effect_flow(
+        self, call: ToolCall, effect: _Effect
+    ) -> Generator[_EffectOp, Any, ToolMessage | Command[Any]]:
+        """The exactly-once decision for one side-effecting call, as a sequence of I/O
+        steps that `_once` and `_aonce` carry out (sync or async): claim the key; replay a
+        recorded outcome; ask `status_check` about a pending one; else run the tool once,
+        releasing the key when it certainly did nothing, and record what happened."""
+        claim: Claim = yield "claim", None
         action = claim_action(claim, can_check_status=effect.profile.status_check is not None)
         if action == "replay":
             return _replayed(call, claim.record.result, effect.key)
         if action == "unknown":
             raise OutcomeUnknownError(effect.key)
-        if action == "check_status" and effect.profile.status_check is not None:
-            status = _effect_status(effect.profile.status_check(effect.key))
+        if action == "check_status":
+            status: EffectStatus = yield "status", None
             if status.done:
-                self.idempotency.record_outcome(effect.key, _jsonable(status.result))
+                yield "record", _jsonable(status.result)
                 return _replayed(call, status.result, effect.key, reconciled=True)
-        token = _CURRENT_KEY.set(effect.key)
-        item_keys = self._item_keys(call, effect.key)
-        items_token = _CURRENT_ITEM_KEYS.set(item_keys)
         try:
-            result = self._run(call, request, execute)
+            result: ToolMessage | Command[Any] = yield "run", None
         except GraphBubbleUp:
-            self.idempotency.release(effect.key)  # paused before the effect: run it afresh
+            yield "release", None  # paused before the effect: run it afresh
             raise
         except Exception as exc:
             if not self._maybe_executed(call, exc):
-                self.idempotency.release(effect.key)
+                yield "release", None
             raise
-        finally:
-            _CURRENT_KEY.reset(token)
-            _CURRENT_ITEM_KEYS.reset(items_token)
-        _note_item_keys(result, item_keys)
         broken = self._broken_contract(call, result)
         if broken is not None:  # it ran, but its answer is unusable: as if lost
             if effect.profile.status_check is None:
                 raise OutputValidationError(broken.problems, effect_unknown=True) from broken
-            status = _effect_status(effect.profile.status_check(effect.key))
+            status = yield "status", None
             if status.done:
-                self.idempotency.record_outcome(effect.key, _jsonable(status.result))
+                yield "record", _jsonable(status.result)
             else:
-                self.idempotency.release(effect.key)
+                yield "release", None
             return _answer_unusable(call, effect.key, status, broken)
-        self.idempotency.record_outcome(effect.key, _outcome_of(result))
-        if effect.profile.compensate is not None and self.saga is not None:
-            self.saga.append(
-                effect.thread_id, key=effect.key, tool=call["name"], action="effect", status="done"
-            )
+        yield "record", _outcome_of(result)
+        if effect.profile.compensate is not None:
+            yield "saga", None
         return result
+
+    def _once(
+        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+    ) -> ToolMessage | Command[Any]:
+        """Run a side effect at most once per idempotency key (see `_effect_flow`)."""
+        effect = self._effect(call, request)
+        store = self.idempotency
+        if effect is None or store is None:
+            return self._run(call, request, execute)
+        flow = self._effect_flow(call, effect)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op, value = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return cast("ToolMessage | Command[Any]", done.value)
+            reply, error = None, None
+            if op == "claim":
+                reply = store.claim(
+                    effect.key,
+                    tool=call["name"],
+                    args_json=effect.args_json,
+                    thread_id=effect.thread_id,
+                )
+            elif op == "status":
+                reply = _effect_status(_status_check(effect)(effect.key))
+            elif op == "record":
+                store.record_outcome(effect.key, value)
+            elif op == "release":
+                store.release(effect.key)
+            elif op == "saga" and self.saga is not None:
+                self.saga.append(
+                    effect.thread_id,
+                    key=effect.key,
+                    tool=call["name"],
+                    action="effect",
+                    status="done",
+                )
+            elif op == "run":
+                with self._effect_context(call, effect) as keys:
+                    try:
+                        reply = self._run(call, request, execute)
+                    except Exception as exc:  # handed to the flow, which re-raises it
+                        error = exc
+                    else:
+                        _note_item_keys(reply, keys)
 
     async def _aonce(
         self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        """Async twin of `_once` (the store's async methods; a sync status_check runs as is)."""
+        """Async `_once`: the same flow on the store's async methods (a sync
+        status_check runs as is)."""
         effect = self._effect(call, request)
-        if effect is None or self.idempotency is None:
+        store = self.idempotency
+        if effect is None or store is None:
             return await self._arun(call, request, execute)
-        claim = await self.idempotency.aclaim(
-            effect.key, tool=call["name"], args_json=effect.args_json, thread_id=effect.thread_id
-        )
-        action = claim_action(claim, can_check_status=effect.profile.status_check is not None)
-        if action == "replay":
-            return _replayed(call, claim.record.result, effect.key)
-        if action == "unknown":
-            raise OutcomeUnknownError(effect.key)
-        if action == "check_status" and effect.profile.status_check is not None:
-            checked = effect.profile.status_check(effect.key)
-            if inspect.isawaitable(checked):
-                checked = await checked
-            status = _effect_status(checked)
-            if status.done:
-                await self.idempotency.arecord_outcome(effect.key, _jsonable(status.result))
-                return _replayed(call, status.result, effect.key, reconciled=True)
-        token = _CURRENT_KEY.set(effect.key)
+        flow = self._effect_flow(call, effect)
+        reply: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op, value = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return cast("ToolMessage | Command[Any]", done.value)
+            reply, error = None, None
+            if op == "claim":
+                reply = await store.aclaim(
+                    effect.key,
+                    tool=call["name"],
+                    args_json=effect.args_json,
+                    thread_id=effect.thread_id,
+                )
+            elif op == "status":
+                checked = _status_check(effect)(effect.key)
+                reply = _effect_status(await checked if inspect.isawaitable(checked) else checked)
+            elif op == "record":
+                await store.arecord_outcome(effect.key, value)
+            elif op == "release":
+                await store.arelease(effect.key)
+            elif op == "saga" and self.saga is not None:
+                await self.saga.aappend(
+                    effect.thread_id,
+                    key=effect.key,
+                    tool=call["name"],
+                    action="effect",
+                    status="done",
+                )
+            elif op == "run":
+                with self._effect_context(call, effect) as keys:
+                    try:
+                        reply = await self._arun(call, request, execute)
+                    except Exception as exc:  # handed to the flow, which re-raises it
+                        error = exc
+                    else:
+                        _note_item_keys(reply, keys)
+
+    @contextlib.contextmanager
+    def _effect_context(self, call: ToolCall, effect: _Effect) -> Iterator[tuple[str, ...] | None]:
+        """While the tool runs: its idempotency key (and per-item keys) for the tool."""
         item_keys = self._item_keys(call, effect.key)
+        token = _CURRENT_KEY.set(effect.key)
         items_token = _CURRENT_ITEM_KEYS.set(item_keys)
         try:
-            result = await self._arun(call, request, execute)
-        except GraphBubbleUp:
-            await self.idempotency.arelease(effect.key)
-            raise
-        except Exception as exc:
-            if not self._maybe_executed(call, exc):
-                await self.idempotency.arelease(effect.key)
-            raise
+            yield item_keys
         finally:
             _CURRENT_KEY.reset(token)
             _CURRENT_ITEM_KEYS.reset(items_token)
-        _note_item_keys(result, item_keys)
-        broken = self._broken_contract(call, result)
-        if broken is not None:  # it ran, but its answer is unusable: as if lost
-            if effect.profile.status_check is None:
-                raise OutputValidationError(broken.problems, effect_unknown=True) from broken
-            checked = effect.profile.status_check(effect.key)
-            if inspect.isawaitable(checked):
-                checked = await checked
-            status = _effect_status(checked)
-            if status.done:
-                await self.idempotency.arecord_outcome(effect.key, _jsonable(status.result))
-            else:
-                await self.idempotency.arelease(effect.key)
-            return _answer_unusable(call, effect.key, status, broken)
-        await self.idempotency.arecord_outcome(effect.key, _outcome_of(result))
-        if effect.profile.compensate is not None and self.saga is not None:
-            await self.saga.aappend(
-                effect.thread_id, key=effect.key, tool=call["name"], action="effect", status="done"
-            )
-        return result
 
     def _item_keys(self, call: ToolCall, key: str) -> tuple[str, ...] | None:
         """Per-item keys of a side-effecting batch call: the first run's, on a redo."""
