@@ -61,6 +61,7 @@ from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.state import ResilienceState
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, ScriptedChatModel
 from langgraph_resilience.tools import current_idempotency_key
+from langgraph_resilience.validation import parsed_content
 from langgraph_resilience.wiring import add_resilience
 
 __all__ = [
@@ -483,13 +484,7 @@ def _ok(message: ToolMessage | None) -> Any:
     """A successful tool result (parsed when JSON), or None."""
     if message is None or message.status == "error":
         return None
-    content = message.content
-    if isinstance(content, str):
-        try:
-            return json.loads(content)
-        except json.JSONDecodeError:
-            return content
-    return content
+    return parsed_content(message.content)
 
 
 def _final_answer(messages: Sequence[BaseMessage]) -> str:

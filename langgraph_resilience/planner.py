@@ -17,7 +17,6 @@ human (when escalation is on) or returns to the agent with its envelope.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
@@ -54,6 +53,7 @@ from langgraph_resilience.state import (
     read_messages,
 )
 from langgraph_resilience.tools import error_message
+from langgraph_resilience.validation import parsed_content
 
 __all__ = ["PLANNER_NAME", "PlanExecutorNode", "PlannerNode", "route_after_executor"]
 
@@ -281,16 +281,6 @@ def _replanned(error: ToolError, plan: Plan) -> ToolError:
     return error.model_copy(update={"context": {**error.context, "replanned": summary}})
 
 
-def _output(message: ToolMessage) -> Any:
-    content = message.content
-    if isinstance(content, str):
-        try:
-            return json.loads(content)
-        except json.JSONDecodeError:
-            return content
-    return content
-
-
 class PlanExecutorNode:
     """Runs the accepted plan: records the last layer's results, issues the next layer."""
 
@@ -329,7 +319,7 @@ class PlanExecutorNode:
                 failed.append(step_id)
             else:
                 done.append(step_id)
-                outputs[step_id] = _output(message)
+                outputs[step_id] = parsed_content(message.content)
         issue: list[ToolCall] = []
         status = plan_status(plan, done, failed)
         if status == "running":

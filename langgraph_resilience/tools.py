@@ -91,7 +91,12 @@ from langgraph_resilience.state import (
     read_ledger,
     read_messages,
 )
-from langgraph_resilience.validation import Coercion, check_output, coerce_args
+from langgraph_resilience.validation import (
+    Coercion,
+    check_output,
+    coerce_args,
+    parsed_content,
+)
 
 __all__ = [
     "GuardedToolNode",
@@ -1549,10 +1554,7 @@ def _with_done_items(
     done = record.get("done_items")
     if not done:
         return message
-    final: Any = message.content
-    if isinstance(final, str):
-        with contextlib.suppress(ValueError):
-            final = json.loads(final)
+    final = parsed_content(message.content)
     if profile is not None and profile.merge_batches is not None:
         merged = profile.merge_batches(list(done), final)
     else:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from langgraph_resilience.errors import OutputValidationError
 from langgraph_resilience.profile import ToolProfile
 
-__all__ = ["Coercion", "check_output", "coerce_args"]
+__all__ = ["Coercion", "check_output", "coerce_args", "parsed_content"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +105,12 @@ def coerce_args(args: Mapping[str, Any], schema: Any) -> Coercion:
     return Coercion(fixed, tuple(changes))
 
 
-def _parsed(content: Any) -> Any:
+def parsed_content(content: Any) -> Any:
+    """A tool result's content as its JSON value when it is JSON text, else as it is.
+
+    >>> parsed_content('{"id": 7}'), parsed_content("plain text")
+    ({'id': 7}, 'plain text')
+    """
     if isinstance(content, str):
         try:
             return json.loads(content)
@@ -118,7 +123,7 @@ def check_output(content: Any, profile: ToolProfile | None) -> None:
     """Raise `OutputValidationError` if a successful-looking result breaks its contract."""
     if profile is None or (profile.output_schema is None and profile.validate_output is None):
         return
-    value = _parsed(content)
+    value = parsed_content(content)
     if profile.output_schema is not None:
         try:
             profile.output_schema.model_validate(value)
