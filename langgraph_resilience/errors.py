@@ -202,5 +202,6 @@ ExhaustionReason = Literal[
     "max_replans",
     "plan_failed",
     "retry_budget",
+    "retry_after",
 ]
 """Why a failure went back to the agent instead of to (another) recovery step."""

@@ -50,7 +50,12 @@ class ResiliencePolicy:
     """Backoff scale: attempt n waits uniform(0, min(max_delay, base_delay * 2**n))."""
 
     max_delay: float | dt.timedelta = 30.0
-    """Cap on a single backoff wait (the server's Retry-After is capped by the deadline)."""
+    """Cap on a single jittered backoff wait (a server's Retry-After has its own cap)."""
+
+    max_retry_after: float | dt.timedelta = 120.0
+    """The longest server-directed wait (Retry-After) that is honoured by sleeping. A
+    longer one is not slept: the call is reported exhausted (``retry_after``) with the
+    server's ``retry_after_ms`` in its envelope, as the openai SDK caps such waits."""
 
     max_repair: int = 2
     """MAX_REPAIR: reflection repairs per original call for SEMANTIC failures."""
@@ -88,6 +93,7 @@ class ResiliencePolicy:
         set_ = object.__setattr__
         set_(self, "base_delay", seconds(self.base_delay, field="base_delay"))
         set_(self, "max_delay", seconds(self.max_delay, field="max_delay"))
+        set_(self, "max_retry_after", seconds(self.max_retry_after, field="max_retry_after"))
         set_(self, "deadline", _optional_seconds(self.deadline, field="deadline"))
         set_(self, "tool_timeout", _optional_seconds(self.tool_timeout, field="tool_timeout"))
         set_(
@@ -121,6 +127,8 @@ class ResiliencePolicy:
                 f"base_delay ({self.base_delay_s}s) exceeds max_delay ({self.max_delay_s}s); "
                 "raise max_delay or lower base_delay"
             )
+        if self.max_retry_after_s < 0:
+            raise ConfigurationError("max_retry_after must be >= 0 seconds")
         if self.deadline_s is not None and self.deadline_s <= 0:
             raise ConfigurationError("deadline must be > 0 seconds, or None for no deadline")
         if self.tool_timeout_s is not None and self.tool_timeout_s <= 0:
@@ -146,6 +154,11 @@ class ResiliencePolicy:
     def max_delay_s(self) -> float:
         """`max_delay` in seconds."""
         return float(self.max_delay)  # type: ignore[arg-type]
+
+    @property
+    def max_retry_after_s(self) -> float:
+        """`max_retry_after` in seconds."""
+        return float(self.max_retry_after)  # type: ignore[arg-type]
 
     @property
     def deadline_s(self) -> float | None:

@@ -18,7 +18,7 @@ from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.state import Ledger, current_tool_call_ids, read_ledger
 
-__all__ = ["RetryNode", "backoff_delay", "next_due"]
+__all__ = ["RetryNode", "backoff_delay", "next_due", "retry_after_exceeded"]
 
 _MAX_EXPONENT = 62
 """2**62 * any sane base already exceeds every cap; larger exponents overflow floats."""
@@ -36,13 +36,17 @@ def backoff_delay(
 
     Full jitter: uniform(0, min(max_delay, base_delay * 2**attempt)). A server's
     Retry-After (seconds) replaces the jittered value, because the server knows
-    better. `remaining` is what is left of the deadline: a wait that would not
-    end inside it is pointless, so the answer is None (stop, budget exhausted).
+    better, up to ``policy.max_retry_after``: a longer wait is never slept (None;
+    `retry_after_exceeded` tells this case apart). `remaining` is what is left of
+    the deadline: a wait that would not end inside it is pointless, so the answer
+    is None (stop, budget exhausted).
 
     >>> backoff_delay(0, policy=ResiliencePolicy(), rng=random.Random(1)) <= 0.5
     True
     """
     if retry_after is not None:
+        if retry_after_exceeded(retry_after, policy):
+            return None
         delay = max(0.0, retry_after)
     else:
         ceiling = min(policy.max_delay_s, policy.base_delay_s * 2 ** min(attempt, _MAX_EXPONENT))
@@ -50,6 +54,15 @@ def backoff_delay(
     if remaining is not None and delay >= remaining:
         return None
     return delay
+
+
+def retry_after_exceeded(retry_after: float | None, policy: ResiliencePolicy) -> bool:
+    """Whether a server-directed wait is longer than the policy lets a call sleep.
+
+    >>> retry_after_exceeded(86400.0, ResiliencePolicy())
+    True
+    """
+    return retry_after is not None and retry_after > policy.max_retry_after_s
 
 
 def next_due(ledger: Ledger, call_ids: list[str]) -> float | None:

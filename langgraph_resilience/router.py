@@ -16,7 +16,7 @@ from typing import Any, Literal
 from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
-from langgraph_resilience.retry import backoff_delay
+from langgraph_resilience.retry import backoff_delay, retry_after_exceeded
 from langgraph_resilience.state import (
     current_tool_call_ids,
     last_ai_message,
@@ -118,6 +118,7 @@ def unrecovered(
     replannable = error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
         "max_attempts",
         "deadline",
+        "retry_after",
         "max_repair",
         "loop",
     )
@@ -191,6 +192,8 @@ def decide(
         if remaining <= 0:
             return Decision("agent", exhausted="deadline")
     retry_after = None if error.retry_after_ms is None else error.retry_after_ms / 1000.0
+    if retry_after_exceeded(retry_after, policy):
+        return Decision("agent", exhausted="retry_after")  # never slept: the envelope says how long
     delay = backoff_delay(
         attempts - 1, policy=policy, rng=rng, retry_after=retry_after, remaining=remaining
     )

@@ -1249,6 +1249,7 @@ class GuardedToolNode:
         out = error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
             "max_attempts",
             "deadline",
+            "retry_after",
             "retry_budget",
         )
         if decision.route != "agent" or not out:
