@@ -13,8 +13,10 @@ from langgraph_resilience import (
     ToolError,
     ToolProfile,
     backoff_delay,
+    classify,
     decide,
 )
+from langgraph_resilience.testing import FakeHTTPError
 
 
 @st.composite
@@ -61,9 +63,35 @@ def test_delay_is_within_the_exponential_ceiling(
 def test_retry_after_is_honoured_exactly(
     policy: ResiliencePolicy, attempt: int, seed: int, retry_after: float
 ) -> None:
-    """The server's Retry-After replaces the jitter, even when it exceeds max_delay."""
+    """The server's Retry-After replaces the jitter, even when it exceeds max_delay, up to
+    max_retry_after; a longer one is never slept."""
     delay = backoff_delay(attempt, policy=policy, rng=random.Random(seed), retry_after=retry_after)
-    assert delay == retry_after
+    assert delay == (None if retry_after > policy.max_retry_after_s else retry_after)
+
+
+def test_a_day_long_retry_after_is_reported_not_slept() -> None:
+    """Retry-After: 86400 is past the 120 s cap: the decision gives up with the reason."""
+    error = classify(FakeHTTPError(503, headers={"Retry-After": "86400"}), tool="t")
+    decision = decide(
+        error,
+        attempts=1,
+        thread_attempts=1,
+        elapsed=0.0,
+        policy=ResiliencePolicy(),
+        profile=None,
+        rng=random.Random(0),
+    )
+    assert decision == Decision("agent", exhausted="retry_after")
+    assert error.retry_after_ms == 86_400_000
+    assert (
+        backoff_delay(
+            0,
+            policy=ResiliencePolicy(max_retry_after=90_000),
+            rng=random.Random(0),
+            retry_after=86400.0,
+        )
+        == 86400.0
+    )
 
 
 @settings(deadline=None)
@@ -92,7 +120,9 @@ def test_delay_always_ends_inside_the_deadline(
         retry_after=retry_after,
         remaining=remaining,
     )
-    assert unbounded is not None
+    if unbounded is None:  # a Retry-After past max_retry_after is never slept
+        assert bounded is None
+        return
     if unbounded >= remaining:
         assert bounded is None
     else:
