@@ -9,7 +9,8 @@ the next one. A 401/403 is raised at once: a bad key is not hidden behind a
 fallback (pass ``fallback_on=`` to change that).
 
 Here the primary answers 429 (``Retry-After: 2``) then 503 twice; the backup
-serves the call. Those failures also open the primary's breaker, so every later
+serves the call. That failed call (a breaker counts calls, not attempts; this demo
+breaker opens on one) also opens the primary's breaker, so every later
 call (the agent's next one in the same turn, and the next turn) goes straight to
 the backup without touching the primary until the breaker lets a probe through. The
 script runs offline: the models are `ScriptedChatModel`s and time is a
@@ -79,7 +80,7 @@ model = resilient_model(
     primary,
     fallbacks=[backup],
     policy=ResiliencePolicy(max_attempts=3, max_delay=10),
-    breaker=BreakerConfig(minimum_calls=3, open_duration=60),
+    breaker=BreakerConfig(minimum_calls=1, window_size=1, open_duration=60),
     keys=["model:primary", "model:backup"],  # breaker keys; default: class and model name
     clock=clock,
     rng=random.Random(0),  # offline only: reproducible jitter

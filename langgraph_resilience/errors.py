@@ -21,8 +21,11 @@ Exception tree (the subclasses defined next to the code that raises them)::
     │   ├── PersistenceError            (persistence.py) cannot open the store; DSN redacted
     │   ├── ThreadBusyError             (persistence.py) another runner holds the thread
     │   └── ThreadNotFoundError         (persistence.py) no checkpoint for the thread id
-    └── ValueError
-        └── ConfigurationError          misconfiguration, raised at construction
+    ├── ValueError
+    │   └── ConfigurationError          misconfiguration, raised at construction
+    └── Warning
+        └── UserWarning
+            └── ResilienceWarning       a setup that works but defeats resilience (warned)
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "LoopDetectedError",
     "OutputValidationError",
     "ResilienceError",
+    "ResilienceWarning",
     "ToolGoneError",
     "RetryExhaustedError",
     "ToolError",
@@ -191,9 +195,16 @@ class ConfigurationError(ValueError):
     """Misconfiguration, raised at construction with a message saying how to fix it."""
 
 
+class ResilienceWarning(UserWarning):
+    """A setup that works but defeats part of the resilience, warned at construction
+    with a message saying how to fix it (e.g. a wrapped chat model that retries on its
+    own under `resilient_model`'s retries)."""
+
+
 ExhaustionReason = Literal[
     "max_attempts",
     "max_tool_attempts",
+    "max_thread_tool_attempts",
     "deadline",
     "side_effect",
     "max_repair",

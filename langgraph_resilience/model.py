@@ -3,17 +3,36 @@
 `resilient_model(primary, fallbacks=[...])` wraps the agent's own chat models
 into one `BaseChatModel`, so it drops into a normal agent node::
 
-    model = resilient_model(ChatOpenAI(model="gpt-4o"), [ChatAnthropic(model="claude-sonnet-4-5")])
+    model = resilient_model(
+        ChatOpenAI(model="gpt-4o", max_retries=0),
+        [ChatAnthropic(model="claude-sonnet-4-5", max_retries=0)],
+    )
     agent = model.bind_tools(tools)          # bound on every model of the chain
 
 Per call, each model of the chain in order is asked through its breaker; an
 error is classified (`classify`): TRANSIENT errors are retried with the
 package's backoff (`retry.backoff_delay`, through the injected clock, honouring
-Retry-After) up to ``policy.max_attempts``; a 400/401/403 is never retried. A
-model whose breaker is open, whose retries ran out, or which failed in a class
-of `fallback_on` hands the call to the next model. Anything else (a POLICY
-refusal, a SEMANTIC error of our own request) is raised at once: by default a
-401 is never hidden behind a fallback, as DESIGN.md says of POLICY failures.
+Retry-After up to ``policy.max_retry_after``) up to ``policy.max_attempts``; a
+400/401/403 is never retried. A model whose breaker is open, whose retries ran
+out, or which failed in a class of `fallback_on` hands the call to the next
+model. Anything else (a POLICY refusal, a SEMANTIC error of our own request) is
+raised at once: by default a 401 is never hidden behind a fallback, as
+DESIGN.md says of POLICY failures.
+
+A model's breaker counts *calls*, not attempts: each call of the wrapper
+records one outcome per model it reached, success when an attempt on that
+model succeeded, else the failure class with which the call left it (gave up
+or fell back). Retried attempts record nothing, so a call's own recovered
+blips never open a breaker; only a half-open probe records at once, because
+deciding is what a probe is for. A lone model has no breaker by default: with
+nothing to route to, failing fast would only replace the provider's real error
+with `CircuitOpenError`.
+
+The wrapped models should not retry on their own: a client's ``max_retries=2``
+under ``max_attempts=3`` makes 9 requests of one call, blind to the
+classification, the Retry-After cap and the breakers. `resilient_model` warns
+(`ResilienceWarning`) for every model with ``max_retries > 0``; construct it with
+``max_retries=0``.
 
 Why not langchain-core's ``with_retry`` / ``with_fallbacks``: ``with_retry``
 retries by exception *type* with its own wall-clock sleeps, so it cannot tell a
@@ -34,7 +53,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import random
+import warnings
 from collections.abc import Generator, Iterable, Sequence
 from typing import Any, Literal
 
@@ -66,11 +87,12 @@ from langgraph_resilience.errors import (
     CircuitOpenError,
     ConfigurationError,
     FailureClass,
+    ResilienceWarning,
     ToolError,
 )
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
-from langgraph_resilience.retry import backoff_delay
+from langgraph_resilience.retry import backoff_delay, retry_after_exceeded
 
 __all__ = [
     "DEFAULT_FALLBACK_ON",
@@ -84,6 +106,15 @@ __all__ = [
 DEFAULT_FALLBACK_ON = frozenset({FailureClass.TRANSIENT, FailureClass.STRUCTURAL})
 """Failure classes that hand a call to the next model: an overloaded or missing model.
 Add POLICY to fall back on a provider's 401/403/quota refusal too."""
+
+
+class _Default(enum.Enum):
+    """The type of `resilient_model`'s default ``breaker=``, told apart from None (off)."""
+
+    BREAKER = "default"
+
+    def __repr__(self) -> str:
+        return "<BreakerConfig() with fallbacks, None for a lone model>"
 
 
 def model_key(model: BaseChatModel, index: int) -> str:
@@ -112,8 +143,10 @@ class ModelStep:
     delay: float = 0.0
     """Seconds to wait before the retry."""
     reason: str = ""
-    """``transient``, ``max_attempts``, ``deadline``, ``retry_after_too_long`` or the
-    failure class that decided."""
+    """``transient`` (a retry), else why the model was left: ``max_attempts``,
+    ``deadline``, ``retry_after`` (a Retry-After beyond ``policy.max_retry_after``
+    and no fallback), ``retry_after_too_long`` (a Retry-After not waited for
+    because a fallback can serve the call), or the failure class that decided."""
 
 
 def next_step(
@@ -126,13 +159,26 @@ def next_step(
     has_fallback: bool,
     fallback_on: frozenset[FailureClass] = DEFAULT_FALLBACK_ON,
 ) -> ModelStep:
-    """Decide the next step after attempt number `attempt` (0-based) of one model failed.
+    """Decide the next step after an attempt on one model failed.
+
+    `attempt` is 0-based: the index of the attempt that just failed on this model
+    in this call (0 for its first call), so ``attempt + 1`` attempts have been
+    made; the retry it may schedule waits ``backoff_delay(attempt, ...)`` (retry
+    number `attempt`, 0-based, in `backoff_delay`'s terms). Everything reported
+    outside is 1-based, as for tools: the envelope's ``error.attempt`` and the
+    ``attempts`` of the ``model_fallback`` / ``model_gave_up`` events count the
+    attempts made (``attempt + 1``), and a ``model_retry`` event's ``attempt`` is
+    the number of the attempt that failed.
 
     Retriable (TRANSIENT) errors are retried with `backoff_delay` while
-    ``policy.max_attempts`` and ``policy.deadline`` allow; a server Retry-After
-    longer than ``policy.max_delay`` is not waited for when a fallback model
-    exists. A failure that is not retried falls back when its class is in
-    `fallback_on` and a next model exists, else it is raised.
+    ``policy.max_attempts`` and ``policy.deadline`` allow. A server's Retry-After
+    is slept only up to ``policy.max_retry_after``: a longer one falls back when
+    the next model can take the call (``retry_after_too_long``), else it is
+    raised (``retry_after``), never slept. When the next model can take the call
+    a Retry-After longer than ``policy.max_delay`` is not waited for either; and
+    no wait is started that would not end before the deadline (``deadline``). A
+    failure that is not retried falls back when its class is in `fallback_on`
+    and a next model exists, else it is raised.
 
     >>> err = ToolError(type="HTTPError", failure_class="policy", message="401",
     ...                 suggested_action="ask_human", retriable=False)
@@ -141,6 +187,7 @@ def next_step(
     'raise'
     """
     reason = error.failure_class.value
+    can_fall_back = has_fallback and error.failure_class in fallback_on
     if error.retriable:
         remaining = None if policy.deadline_s is None else policy.deadline_s - elapsed
         retry_after = None if error.retry_after_ms is None else error.retry_after_ms / 1000.0
@@ -148,7 +195,9 @@ def next_step(
             reason = "max_attempts"
         elif remaining is not None and remaining <= 0:
             reason = "deadline"
-        elif has_fallback and retry_after is not None and retry_after > policy.max_delay_s:
+        elif retry_after_exceeded(retry_after, policy):
+            reason = "retry_after_too_long" if can_fall_back else "retry_after"
+        elif can_fall_back and retry_after is not None and retry_after > policy.max_delay_s:
             reason = "retry_after_too_long"
         else:
             delay = backoff_delay(
@@ -157,7 +206,7 @@ def next_step(
             if delay is not None:
                 return ModelStep("retry", delay, "transient")
             reason = "deadline"
-    if has_fallback and error.failure_class in fallback_on:
+    if can_fall_back:
         return ModelStep("fallback", reason=reason)
     return ModelStep("raise", reason=reason)
 
@@ -232,6 +281,7 @@ class ResilientChatModel(BaseChatModel):
     """The breaker key of each model."""
     policy: InstanceOf[ResiliencePolicy]
     breaker: InstanceOf[BreakerConfig] | None
+    """The breaker of each model (one outcome per call), or None: no breakers."""
     store: InstanceOf[BreakerStore]
     clock: InstanceOf[Clock]
     rng: InstanceOf[random.Random]
@@ -270,7 +320,17 @@ class ResilientChatModel(BaseChatModel):
     # ------------------------------------------------------------------ flow
 
     def _flow(self, started: float) -> _Flow:
-        """The call sequence as actions for a driver; returns the reply or raises."""
+        """The call sequence as actions for a driver; returns the reply or raises.
+
+        Every attempt asks the model's breaker first (another call may have
+        opened it meanwhile), but the breaker hears of this call once per model:
+        the outcome with which the call left that model (a reply, or the failure
+        that gave up or fell back), with the duration of that last attempt. A
+        retried attempt records nothing and its admission needs no release: only
+        a half-open probe's admission holds a permit, and a probe records its
+        outcome at once, so it is never retried unrecorded. A call refused by
+        the breaker records nothing either (an open breaker ignores outcomes).
+        """
         failures: list[tuple[str, BaseException]] = []
         last = len(self.chain) - 1
         for index, key in enumerate(self.keys):
@@ -281,7 +341,7 @@ class ResilientChatModel(BaseChatModel):
                     admission: Admission = yield _Acquire(index)
                     if not admission.allowed:
                         refused = CircuitOpenError(key, admission.retry_after)
-                        refused.__cause__ = previous  # opened by our own failed attempt
+                        refused.__cause__ = previous  # the attempt before, opened meanwhile
                         failures.append((key, refused))
                         emit(
                             Event(
@@ -305,13 +365,7 @@ class ResilientChatModel(BaseChatModel):
                         )
                     return result.message
                 error = result.error or RuntimeError(f"{key} returned no message")
-                envelope = classify(error, tool=key, now=result.wall)
-                opened = False
-                if self.breaker is not None:
-                    transition: Transition | None = yield _Record(
-                        index, envelope.failure_class, probe, result.duration
-                    )
-                    opened = transition is not None and transition.target == "open"
+                envelope = classify(error, tool=key, attempt=attempt + 1, now=result.wall)
                 step = next_step(
                     envelope,
                     attempt=attempt,
@@ -321,13 +375,19 @@ class ResilientChatModel(BaseChatModel):
                     has_fallback=index < last,
                     fallback_on=self.fallback_on,
                 )
-                if step.action == "retry" and opened and self.breaker is not None:
-                    # Our own failures just opened the breaker: a retry would be refused.
-                    refused = CircuitOpenError(key, self.breaker.open_duration_s)
-                    refused.__cause__ = error
-                    failures.append((key, refused))
-                    emit(Event("model_skipped", model=key, reason="circuit_opened"))
-                    break
+                if self.breaker is not None and (probe or step.action != "retry"):
+                    # The call leaves this model with this failure, or a probe decides now.
+                    transition: Transition | None = yield _Record(
+                        index, envelope.failure_class, probe, result.duration
+                    )
+                    reopened = transition is not None and transition.target == "open"
+                    if step.action == "retry" and reopened:
+                        # The failed probe reopened the breaker: a retry would be refused.
+                        refused = CircuitOpenError(key, self.breaker.open_duration_s)
+                        refused.__cause__ = error
+                        failures.append((key, refused))
+                        emit(Event("model_skipped", model=key, reason="circuit_opened"))
+                        break
                 if step.action == "retry":
                     emit(
                         Event(
@@ -507,12 +567,48 @@ def _child_config(
     return {"callbacks": manager}
 
 
+def _own_retries(model: BaseChatModel) -> int:
+    """How often `model`'s own client retries a failed request: its integer
+    ``max_retries`` (ChatOpenAI, ChatAnthropic, ...); when that is
+    None (ChatOpenAI's default, which leaves the openai SDK's own default of 2),
+    the ``max_retries`` of the client it built. 0 when it says nothing."""
+    retries = getattr(model, "max_retries", None)
+    if retries is None:
+        for attribute in ("root_client", "root_async_client"):
+            retries = getattr(getattr(model, attribute, None), "max_retries", None)
+            if retries is not None:
+                break
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        return 0
+    return retries
+
+
+def _warn_of_own_retries(
+    models: Sequence[BaseChatModel], keys: Sequence[str], policy: ResiliencePolicy
+) -> None:
+    """One `ResilienceWarning` per model that retries on its own under our retries."""
+    for model, key in zip(models, keys, strict=True):
+        retries = _own_retries(model)
+        if retries > 0:
+            warnings.warn(
+                f"{key} retries failed requests on its own (max_retries={retries}) under "
+                f"resilient_model's retries, so one call can make up to "
+                f"{policy.max_attempts * (retries + 1)} requests to it, retried blind to the "
+                "failure class, the Retry-After cap, the breaker and the injected clock; "
+                f"construct it with max_retries=0 (e.g. {type(model).__name__}(..., "
+                "max_retries=0)): its client is built at construction, so changing the "
+                "attribute afterwards does not stop its retries",
+                ResilienceWarning,
+                stacklevel=3,
+            )
+
+
 def resilient_model(
     primary: BaseChatModel,
     fallbacks: Sequence[BaseChatModel] = (),
     *,
     policy: ResiliencePolicy | None = None,
-    breaker: BreakerConfig | None = BreakerConfig(),  # noqa: B008 - frozen, shared safely
+    breaker: BreakerConfig | Literal[_Default.BREAKER] | None = _Default.BREAKER,
     store: BreakerStore | None = None,
     clock: Clock | None = None,
     rng: random.Random | None = None,
@@ -521,13 +617,27 @@ def resilient_model(
 ) -> ResilientChatModel:
     """Wrap `primary` and its `fallbacks` into one resilient `BaseChatModel`.
 
+    Construct the wrapped models with ``max_retries=0`` (e.g.
+    ``ChatOpenAI(model="gpt-4o", max_retries=0)``): their clients' own retries
+    would multiply ours (``max_retries=2`` under ``max_attempts=3``: 9 requests
+    for one call). A `ResilienceWarning` names every model whose integer
+    ``max_retries`` is above 0 (or, when it is None as ChatOpenAI's default is,
+    whose built client's is); its client is built at construction, so only
+    constructing the model anew with ``max_retries=0`` fixes it.
+
     Args:
         primary: the model to use while it works.
         fallbacks: models tried in order when the one before it is open,
             exhausted its retries, or failed in a class of `fallback_on`.
-        policy: ``max_attempts``, backoff (``base_delay``, ``max_delay``) and
-            ``deadline`` of each call; `ResiliencePolicy()` by default.
-        breaker: the breaker of each model; None disables breakers.
+        policy: ``max_attempts``, backoff (``base_delay``, ``max_delay``), the
+            longest Retry-After slept (``max_retry_after``) and ``deadline`` of
+            each call; `ResiliencePolicy()` by default.
+        breaker: the breaker of each model, which counts one outcome per call
+            (not per attempt). By default a `BreakerConfig()` when there are
+            fallbacks, and none for a lone `primary`: with nothing to route to,
+            failing fast would only replace the provider's own error with
+            `CircuitOpenError`. None disables breakers; a `BreakerConfig` is
+            always used, a lone model's too.
         store: where the breakers live; a new `InMemoryBreakerStore` by default.
             Pass a shared one (e.g. `PostgresBreakerStore`) so all workers learn
             of an outage together.
@@ -540,6 +650,8 @@ def resilient_model(
     >>> model = resilient_model(ScriptedChatModel(responses=[text("hi")]), clock=FakeClock())
     >>> model.invoke("hello").content
     'hi'
+    >>> model.breaker is None  # a lone model: no breaker unless one is passed
+    True
     """
     models = [primary, *fallbacks]
     for position, model in enumerate(models):
@@ -551,7 +663,9 @@ def resilient_model(
             )
     if policy is not None and not isinstance(policy, ResiliencePolicy):
         raise ConfigurationError(f"policy must be a ResiliencePolicy, got {policy!r}")
-    if breaker is not None and not isinstance(breaker, BreakerConfig):
+    if breaker is _Default.BREAKER:
+        breaker = BreakerConfig() if len(models) > 1 else None
+    elif breaker is not None and not isinstance(breaker, BreakerConfig):
         raise ConfigurationError(f"breaker must be a BreakerConfig or None, got {breaker!r}")
     if store is not None and not isinstance(store, BreakerStore):
         raise ConfigurationError(
@@ -569,11 +683,13 @@ def resilient_model(
         raise ConfigurationError(
             f"keys must give one non-empty breaker key per model ({len(models)}), got {keys!r}"
         )
+    policy = policy or ResiliencePolicy()
+    _warn_of_own_retries(models, keys, policy)
     return ResilientChatModel(
         models=models,
         chain=list(models),
         keys=list(keys),
-        policy=policy or ResiliencePolicy(),
+        policy=policy,
         breaker=breaker,
         store=store if store is not None else InMemoryBreakerStore(),
         clock=clock or SystemClock(),

@@ -100,3 +100,9 @@ def test_package_has_a_docstring_and_typed_marker() -> None:
     assert langgraph_resilience.__file__ is not None
     marker = importlib.resources.files("langgraph_resilience") / "py.typed"
     assert marker.is_file()
+
+
+def test_resilience_warning_is_exported_as_a_user_warning() -> None:
+    """Users filter the package's warnings by one exported class, a `UserWarning`."""
+    assert "ResilienceWarning" in langgraph_resilience.__all__
+    assert issubclass(langgraph_resilience.ResilienceWarning, UserWarning)

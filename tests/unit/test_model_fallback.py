@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import logging
 import random
+import types
+import warnings
 from typing import Any
 
 import pytest
@@ -15,11 +18,13 @@ from langgraph.errors import GraphInterrupt
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel
 
-from langgraph_resilience.breaker import BreakerConfig, InMemoryBreakerStore
+from langgraph_resilience import model as model_module
+from langgraph_resilience.breaker import BreakerConfig, CountWindow, InMemoryBreakerStore
 from langgraph_resilience.errors import (
     CircuitOpenError,
     ConfigurationError,
     FailureClass,
+    ResilienceWarning,
     ToolError,
 )
 from langgraph_resilience.model import (
@@ -66,6 +71,25 @@ def build(
 ) -> ResilientChatModel:
     """resilient_model with a fake clock and a seeded jitter source."""
     return resilient_model(primary, list(fallbacks), clock=clock, rng=random.Random(SEED), **kwargs)
+
+
+def events(caplog: pytest.LogCaptureFixture, kind: str) -> list[dict[str, Any]]:
+    """The fields of every `kind` event logged so far (events are logged at INFO)."""
+    found: list[dict[str, Any]] = []
+    for record in caplog.records:
+        args = record.args
+        if record.name == "langgraph_resilience" and isinstance(args, tuple) and len(args) == 2:
+            name, fields = args
+            if name == kind and isinstance(fields, dict):
+                found.append(dict(fields))
+    return found
+
+
+def window(store: InMemoryBreakerStore, key: str) -> tuple[int, int]:
+    """(calls, failures) in the closed breaker's count window."""
+    state = store.snapshot(key)
+    assert isinstance(state.window, CountWindow)
+    return state.window.calls, state.window.failures
 
 
 # ------------------------------------------------------------------- acceptance
@@ -159,6 +183,49 @@ def test_long_retry_after_goes_to_the_fallback_instead_of_waiting(mode: str) -> 
     assert (primary.calls, clock.sleeps) == (1, [])
 
 
+def test_retry_after_beyond_max_retry_after_is_raised_at_once_on_a_lone_model(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Retry-After of a day is never slept: with no fallback the error is raised at
+    once, given up for ``retry_after`` (not for the deadline)."""
+    clock = FakeClock()
+    primary = scripted(FakeHTTPError(429, headers={"Retry-After": "86400"}), text("never"))
+    model = build(primary, clock=clock)
+    with (
+        caplog.at_level(logging.INFO, logger="langgraph_resilience"),
+        pytest.raises(FakeHTTPError) as info,
+    ):
+        ask(model, mode)
+    assert info.value.status_code == 429
+    assert (primary.calls, clock.sleeps) == (1, [])
+    assert [e["reason"] for e in events(caplog, "model_gave_up")] == ["retry_after"]
+
+
+def test_retry_after_beyond_max_retry_after_falls_back(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a fallback, a Retry-After past max_retry_after (here below max_delay) hands
+    the call over without waiting, for ``retry_after_too_long``."""
+    clock = FakeClock()
+    primary = scripted(FakeHTTPError(503, headers={"Retry-After": "20"}))
+    fallback = scripted(text("now"))
+    policy = ResiliencePolicy(max_delay=30, max_retry_after=10)
+    model = build(primary, fallback, clock=clock, policy=policy)
+    with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
+        assert ask(model, mode).content == "now"
+    assert (primary.calls, clock.sleeps) == (1, [])
+    assert [e["reason"] for e in events(caplog, "model_fallback")] == ["retry_after_too_long"]
+
+
+def test_retry_after_up_to_max_retry_after_is_slept_on_a_lone_model(mode: str) -> None:
+    """The cap is inclusive: a Retry-After of exactly max_retry_after is waited for."""
+    clock = FakeClock()
+    primary = scripted(FakeHTTPError(429, headers={"Retry-After": "120"}), text("ok"))
+    model = build(primary, clock=clock, policy=ResiliencePolicy(max_retry_after=120))
+    assert ask(model, mode).content == "ok"
+    assert clock.sleeps == [120.0]
+
+
 def test_deadline_stops_retrying(mode: str) -> None:
     """A wait that would not end within the deadline is not started."""
     clock = FakeClock()
@@ -173,8 +240,9 @@ def test_deadline_stops_retrying(mode: str) -> None:
 
 
 def test_breaker_skips_a_dead_primary_then_probes_it(mode: str) -> None:
-    """Once the primary's breaker opens, calls go straight to the fallback (the primary
-    is not called); after open_duration one probe reaches it and closes the breaker."""
+    """Once the primary's breaker opens (after two failed calls of two attempts each:
+    it counts calls), calls go straight to the fallback (the primary is not called);
+    after open_duration one probe reaches it and closes the breaker."""
     clock = FakeClock()
     dead = [FakeHTTPError(503)] * 4
     primary = scripted(*dead, text("primary is back"))
@@ -185,7 +253,7 @@ def test_breaker_skips_a_dead_primary_then_probes_it(mode: str) -> None:
         fallback,
         clock=clock,
         policy=ResiliencePolicy(max_attempts=2),
-        breaker=BreakerConfig(minimum_calls=4, window_size=4, open_duration=60.0),
+        breaker=BreakerConfig(minimum_calls=2, window_size=2, open_duration=60.0),
         store=store,
     )
     assert [ask(model, mode).content for _ in range(2)] == ["fb 1", "fb 2"]
@@ -221,19 +289,164 @@ def test_every_model_open_raises_circuit_open(mode: str) -> None:
     assert (primary.calls, fallback.calls) == (1, 1)
 
 
-def test_breaker_opening_mid_retry_stops_the_retries(mode: str) -> None:
-    """When the model's own failures open its breaker, the next retry is not executed:
-    CircuitOpenError is raised, caused by the last real error."""
+def test_a_failed_probe_reopens_at_once_and_is_not_retried(mode: str) -> None:
+    """A half-open probe records its outcome at once: a failed probe reopens the breaker,
+    so its retry is not executed; CircuitOpenError is raised, caused by the probe's error."""
     clock = FakeClock()
-    cfg = BreakerConfig(minimum_calls=2, window_size=2, open_duration=60.0)
-    primary = scripted(FakeHTTPError(503), FakeHTTPError(502), text("never"))
-    model = build(primary, clock=clock, breaker=cfg, policy=ResiliencePolicy(max_attempts=5))
+    cfg = BreakerConfig(minimum_calls=1, window_size=1, open_duration=60.0)
+    primary = scripted(*[FakeHTTPError(503)] * 3, FakeHTTPError(502), text("never"))
+    store = InMemoryBreakerStore()
+    policy = ResiliencePolicy(max_attempts=3)
+    model = build(primary, clock=clock, breaker=cfg, store=store, policy=policy)
+    with pytest.raises(FakeHTTPError) as gave_up:
+        ask(model, mode)  # three attempts, one failed call: that opens a window of one
+    assert gave_up.value.status_code == 503
+    assert store.snapshot(model.keys[0]).status == "open"
+    with pytest.raises(CircuitOpenError):
+        ask(model, mode)  # refused without calling the model
+    assert primary.calls == 3
+    clock.advance(60.0)
     with pytest.raises(CircuitOpenError) as info:
-        ask(model, mode)
-    assert primary.calls == 2
+        ask(model, mode)  # the probe fails: reopened at once, not retried
+    assert primary.calls == 4
     assert isinstance(info.value.__cause__, FakeHTTPError)
     assert info.value.__cause__.status_code == 502
-    assert clock.sleeps == pytest.approx(seeded_delays(SEED, 1))  # no wait for a refusal
+    assert store.snapshot(model.keys[0]).status == "open"
+    assert clock.sleeps == pytest.approx(seeded_delays(SEED, 2))  # the first call's only
+
+
+def test_a_breaker_opened_meanwhile_refuses_the_retry(mode: str) -> None:
+    """Every attempt asks the breaker: when other calls opened it during our backoff,
+    the retry is refused with CircuitOpenError, caused by our last real error."""
+    clock = FakeClock()
+    cfg = BreakerConfig(minimum_calls=1, window_size=1, open_duration=60.0)
+    store = InMemoryBreakerStore()
+
+    def others_fail_meanwhile(messages: list[BaseMessage]) -> AIMessage:
+        store.record("model:lone", cfg, clock.time(), FailureClass.TRANSIENT)  # another call
+        raise FakeHTTPError(503)
+
+    primary = scripted(others_fail_meanwhile, text("never"))
+    model = build(primary, clock=clock, breaker=cfg, store=store, keys=["model:lone"])
+    with pytest.raises(CircuitOpenError) as info:
+        ask(model, mode)
+    assert primary.calls == 1
+    assert isinstance(info.value.__cause__, FakeHTTPError)
+    assert info.value.__cause__.status_code == 503
+
+
+# ------------------------------------------- breakers count calls, not attempts
+
+
+def test_a_lone_model_has_no_breaker_by_default(mode: str) -> None:
+    """With nothing to route to, a lone model is never locked out: three calls that each
+    recover from a 500 blip are never refused, and a later 401 is raised as the 401."""
+    clock = FakeClock()
+    primary = scripted(*[FakeHTTPError(500), text("recovered")] * 3, FakeHTTPError(401))
+    store = InMemoryBreakerStore()
+    model = build(primary, clock=clock, store=store)
+    assert model.breaker is None
+    assert [ask(model, mode).content for _ in range(3)] == ["recovered"] * 3
+    with pytest.raises(FakeHTTPError) as info:
+        ask(model, mode)
+    assert info.value.status_code == 401
+    assert primary.calls == 7
+    assert store.snapshot(model.keys[0]).window is None  # never asked
+
+
+def test_a_chain_gets_a_breaker_by_default_and_an_explicit_one_always_wins() -> None:
+    """With fallbacks the default breaker stays a BreakerConfig(); breaker=None turns it
+    off, and an explicit BreakerConfig is honoured for a lone model too."""
+    cfg = BreakerConfig(minimum_calls=2, window_size=2)
+    assert resilient_model(scripted(), [scripted()]).breaker == BreakerConfig()
+    assert resilient_model(scripted(), [scripted()], breaker=None).breaker is None
+    assert resilient_model(scripted(), breaker=cfg).breaker is cfg
+    assert resilient_model(scripted(), breaker=None).breaker is None
+
+
+def test_recovered_blips_on_a_lone_model_with_a_breaker_are_successes(mode: str) -> None:
+    """An explicit breaker on a lone model counts each call once: three calls that each
+    recover from a 500 are three successes, and a call that gives up is one failure,
+    raised as the provider's error, not as CircuitOpenError."""
+    clock = FakeClock()
+    primary = scripted(*[FakeHTTPError(500), text("recovered")] * 3, *[FakeHTTPError(503)] * 3)
+    store = InMemoryBreakerStore()
+    cfg = BreakerConfig(window_size=10, minimum_calls=3, failure_rate_threshold=0.5)
+    policy = ResiliencePolicy(max_attempts=3)
+    model = build(primary, clock=clock, store=store, breaker=cfg, policy=policy)
+    assert [ask(model, mode).content for _ in range(3)] == ["recovered"] * 3
+    assert window(store, model.keys[0]) == (3, 0)
+    with pytest.raises(FakeHTTPError) as info:
+        ask(model, mode)
+    assert info.value.status_code == 503
+    assert window(store, model.keys[0]) == (4, 1)
+    assert store.snapshot(model.keys[0]).status == "closed"
+
+
+def test_one_call_recovering_on_the_primary_records_one_success(mode: str) -> None:
+    """The primary fails 503, 503, then answers: its breaker hears of one call, a success."""
+    clock = FakeClock()
+    primary = scripted(FakeHTTPError(503), FakeHTTPError(503), text("third time lucky"))
+    fallback = scripted()
+    store = InMemoryBreakerStore()
+    model = build(
+        primary,
+        fallback,
+        clock=clock,
+        store=store,
+        breaker=BreakerConfig(window_size=10, minimum_calls=2),
+        policy=ResiliencePolicy(max_attempts=3),
+    )
+    assert ask(model, mode).content == "third time lucky"
+    assert window(store, model.keys[0]) == (1, 0)
+    assert store.snapshot(model.keys[1]).window is None  # the fallback was not reached
+
+
+def test_a_dead_primary_opens_after_minimum_calls_calls_not_attempts(mode: str) -> None:
+    """A primary that keeps failing records one TRANSIENT failure per call, when the call
+    falls back: with minimum_calls=3 it opens on the third call (nine attempts), not
+    on the third attempt of the first call; then it is skipped."""
+    clock = FakeClock()
+    primary = scripted(*[FakeHTTPError(503)] * 9)
+    fallback = scripted(*[text(f"fb {n}") for n in range(4)])
+    store = InMemoryBreakerStore()
+    model = build(
+        primary,
+        fallback,
+        clock=clock,
+        store=store,
+        breaker=BreakerConfig(window_size=3, minimum_calls=3, open_duration=60.0),
+        policy=ResiliencePolicy(max_attempts=3),
+    )
+    key = model.keys[0]
+    for calls in (1, 2):
+        assert ask(model, mode).content == f"fb {calls - 1}"
+        assert (primary.calls, window(store, key)) == (3 * calls, (calls, calls))
+        assert store.snapshot(key).status == "closed"
+    assert ask(model, mode).content == "fb 2"
+    assert (primary.calls, store.snapshot(key).status) == (9, "open")
+    assert ask(model, mode).content == "fb 3"
+    assert primary.calls == 9  # skipped while open
+
+
+def test_the_failure_that_leaves_a_model_is_the_one_recorded(mode: str) -> None:
+    """A 503 retried, then a 404 that falls back: the breaker records the STRUCTURAL 404
+    once; a 503 retried, then a 400 raised: the SEMANTIC 400 is recorded, which the
+    breaker ignores (neither success nor failure)."""
+    clock = FakeClock()
+    primary = scripted(
+        FakeHTTPError(503), FakeHTTPError(404), FakeHTTPError(503), FakeHTTPError(400)
+    )
+    fallback = scripted(text("served"))
+    store = InMemoryBreakerStore()
+    cfg = BreakerConfig(window_size=10, minimum_calls=10)
+    model = build(primary, fallback, clock=clock, store=store, breaker=cfg)
+    assert ask(model, mode).content == "served"
+    assert window(store, model.keys[0]) == (1, 1)
+    with pytest.raises(FakeHTTPError) as info:
+        ask(model, mode)
+    assert info.value.status_code == 400
+    assert window(store, model.keys[0]) == (1, 1)
 
 
 def test_breaker_keys_are_per_model() -> None:
@@ -422,6 +635,27 @@ def envelope(failure_class: str, *, retry_after_ms: int | None = None) -> ToolEr
             ("fallback", "retry_after_too_long"),
         ),
         (envelope("transient", retry_after_ms=60_000), 0, False, 0.0, ("retry", "transient")),
+        (
+            envelope("transient", retry_after_ms=86_400_000),
+            0,
+            False,
+            0.0,
+            ("raise", "retry_after"),
+        ),
+        (
+            envelope("transient", retry_after_ms=86_400_000),
+            0,
+            True,
+            0.0,
+            ("fallback", "retry_after_too_long"),
+        ),
+        (
+            envelope("transient", retry_after_ms=86_400_000),
+            2,
+            False,
+            0.0,
+            ("raise", "max_attempts"),
+        ),
         (envelope("structural"), 0, True, 0.0, ("fallback", "structural")),
         (envelope("policy"), 0, True, 0.0, ("raise", "policy")),
         (envelope("semantic"), 0, True, 0.0, ("raise", "semantic")),
@@ -445,3 +679,129 @@ def test_next_step_table(
     assert (step.action, step.reason) == expected
     if step.action == "retry" and error.retry_after_ms is None:
         assert step == ModelStep("retry", seeded_delays(SEED, 1)[0], "transient")
+
+
+@pytest.mark.parametrize(
+    ("retry_after_ms", "has_fallback", "fallback_on", "expected"),
+    [
+        (20_000, True, DEFAULT_FALLBACK_ON, ("fallback", "retry_after_too_long", 0.0)),
+        (20_000, False, DEFAULT_FALLBACK_ON, ("raise", "retry_after", 0.0)),
+        # the next model cannot take a TRANSIENT failure: as good as no fallback
+        (20_000, True, frozenset({FailureClass.STRUCTURAL}), ("raise", "retry_after", 0.0)),
+        (10_000, False, DEFAULT_FALLBACK_ON, ("retry", "transient", 10.0)),
+        (8_000, True, frozenset({FailureClass.STRUCTURAL}), ("retry", "transient", 8.0)),
+        (6_000, True, DEFAULT_FALLBACK_ON, ("fallback", "retry_after_too_long", 0.0)),
+    ],
+)
+def test_next_step_caps_retry_after_at_max_retry_after(
+    retry_after_ms: int,
+    has_fallback: bool,
+    fallback_on: frozenset[FailureClass],
+    expected: tuple[str, str, float],
+) -> None:
+    """A Retry-After past max_retry_after is never slept (fall back, else raise), even when
+    it is below max_delay; a wait within the cap is the server's, except that a model
+    that can hand the call to the next one does not wait longer than max_delay."""
+    policy = ResiliencePolicy(base_delay=0.5, max_delay=5.0, max_retry_after=10.0)
+    step = next_step(
+        envelope("transient", retry_after_ms=retry_after_ms),
+        attempt=0,
+        policy=policy,
+        rng=random.Random(SEED),
+        elapsed=0.0,
+        has_fallback=has_fallback,
+        fallback_on=fallback_on,
+    )
+    assert (step.action, step.reason, step.delay) == expected
+
+
+def test_next_step_gets_0_based_attempts_and_envelopes_count_them(
+    mode: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One convention: `next_step` is given the 0-based index of the failed attempt,
+    the envelope it decides on counts the attempts made (1-based, as ToolError.attempt
+    does for tools), and so do the events."""
+    seen: list[tuple[int, int]] = []
+
+    def spy(error: ToolError, *, attempt: int, **kwargs: Any) -> ModelStep:
+        seen.append((attempt, error.attempt))
+        return next_step(error, attempt=attempt, **kwargs)
+
+    monkeypatch.setattr(model_module, "next_step", spy)
+    clock = FakeClock()
+    primary = scripted(*[FakeHTTPError(503)] * 3)
+    fallback = scripted(text("served"))
+    model = build(primary, fallback, clock=clock, policy=ResiliencePolicy(max_attempts=3))
+    with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
+        assert ask(model, mode).content == "served"
+    assert seen == [(0, 1), (1, 2), (2, 3)]
+    assert [e["attempt"] for e in events(caplog, "model_retry")] == [1, 2]
+    assert [e["attempts"] for e in events(caplog, "model_fallback")] == [3]
+    assert clock.sleeps == pytest.approx(seeded_delays(SEED, 2))  # retries 0 and 1
+
+
+# ------------------------------------------------------- models that retry on their own
+
+
+class SelfRetrying(ScriptedChatModel):
+    """A provider model whose client retries on its own, as ChatOpenAI's does."""
+
+    max_retries: int = 2
+
+
+class ClientRetrying(ScriptedChatModel):
+    """ChatOpenAI's shape: max_retries None, the built client's own default counts."""
+
+    max_retries: int | None = None
+    root_client: Any = None
+
+
+def test_a_model_retrying_on_its_own_is_warned_of() -> None:
+    """max_retries=2 under max_attempts=3 is 9 requests per call: one ResilienceWarning
+    names the model, the product and the fix, pointing at the caller."""
+    with pytest.warns(ResilienceWarning) as caught:
+        model = resilient_model(SelfRetrying(responses=[]), clock=FakeClock())
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert model.keys[0] in message
+    assert "max_retries=2" in message
+    assert "up to 9 requests" in message
+    assert "construct it with max_retries=0" in message
+    assert caught[0].filename == __file__
+
+
+def test_each_self_retrying_model_of_a_chain_is_named() -> None:
+    """One warning per model that retries on its own, each naming its model."""
+    client = types.SimpleNamespace(max_retries=2)  # openai.OpenAI's default
+    with pytest.warns(ResilienceWarning) as caught:
+        model = resilient_model(
+            SelfRetrying(responses=[], max_retries=1),
+            [ClientRetrying(responses=[], root_client=client), scripted()],
+            keys=["openai", "azure", "local"],
+            policy=ResiliencePolicy(max_attempts=2),
+        )
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2
+    assert messages[0].startswith("openai ")
+    assert "max_retries=1" in messages[0]
+    assert messages[1].startswith("azure ")
+    assert "max_retries=2" in messages[1]
+    assert "up to 6 requests" in messages[1]
+    assert model.keys == ["openai", "azure", "local"]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        SelfRetrying(responses=[], max_retries=0),
+        ClientRetrying(responses=[]),
+        ClientRetrying(responses=[], root_client=types.SimpleNamespace(max_retries=0)),
+        ScriptedChatModel(responses=[]),
+    ],
+    ids=["max_retries=0", "no-client", "client-max_retries=0", "no-attribute"],
+)
+def test_a_model_that_does_not_retry_is_not_warned_of(model: BaseChatModel) -> None:
+    """max_retries=0 (or nothing saying it retries): no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resilient_model(model)
