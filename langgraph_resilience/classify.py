@@ -256,10 +256,20 @@ def http_status_rule(error: BaseException, profile: ToolProfile | None) -> Verdi
     return Verdict(FailureClass.SEMANTIC, "fix_args", context=context)
 
 
+_BEFORE_SEND_TIMEOUTS = ("ConnectTimeout", "PoolTimeout")
+"""Client timeouts raised before the request left (httpx, requests, aiohttp name them
+so): nothing reached the service, so even a side effect may be retried."""
+
+
 def timeout_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
-    """Timeouts (`TimeoutError`, httpx/requests/openai ``*Timeout*`` types) are transient."""
-    if isinstance(error, TimeoutError) or any("Timeout" in n for n in _mro_names(error)):
-        return Verdict(FailureClass.TRANSIENT, "retry", retriable=True, context={"timeout": True})
+    """Timeouts (`TimeoutError`, httpx/requests/openai ``*Timeout*`` types) are transient.
+    A connect or pool timeout is marked ``sent: False``: the request never left."""
+    names = _mro_names(error)
+    if isinstance(error, TimeoutError) or any("Timeout" in n for n in names):
+        context: dict[str, Any] = {"timeout": True}
+        if any(n in _BEFORE_SEND_TIMEOUTS for n in names):
+            context["sent"] = False
+        return Verdict(FailureClass.TRANSIENT, "retry", retriable=True, context=context)
     return None
 
 
@@ -364,8 +374,13 @@ def _side_effect_adjusted(verdict: Verdict, error: BaseException) -> Verdict:
     """On a side-effecting call a lost response means the effect may have happened."""
     if verdict.failure_class is not FailureClass.TRANSIENT:
         return verdict
-    status = verdict.context.get("status_code")
-    never_executed = status in (429, 503) or verdict.context.get("connection") == "refused"
+    context = verdict.context
+    never_executed = (
+        context.get("status_code") in (429, 503)
+        or context.get("connection") == "refused"
+        or context.get("sent") is False  # the client says the request never left
+        or context.get("reconciled") == "not_done"  # the service says it did not happen
+    )
     if never_executed:
         return verdict
     return Verdict(

@@ -83,7 +83,7 @@ from langgraph_resilience.persistence import (
     thread_status,
 )
 from langgraph_resilience.redaction import redact
-from langgraph_resilience.state import PLAN_CALL_PREFIX
+from langgraph_resilience.state import PLAN_CALL_PREFIX, call_slot
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -290,7 +290,11 @@ class Output:
 
 def _errors(update: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     ledger = update.get("resilience") or {}
-    return {call_id: record for call_id, record in (ledger.get("calls") or {}).items() if record}
+    return {
+        str(record.get("call_id") or slot): record
+        for slot, record in (ledger.get("calls") or {}).items()
+        if record
+    }
 
 
 def _message_of(error: Mapping[str, Any] | None, fallback: str) -> str:
@@ -692,17 +696,17 @@ def explain_calls(values: Mapping[str, Any], events: Sequence[Mapping[str, Any]]
             resolutions[str(event.get("call_id"))] = str(event.get("action"))
     plan = ledger.get("plan") or {}
     rows: list[CallRow] = []
-    for message in messages:
+    for index, message in enumerate(messages):
         if not isinstance(message, AIMessage):
             continue
-        for call in message.tool_calls:
+        for position, call in enumerate(message.tool_calls):
             call_id = str(call["id"])
-            record = records.get(call_id) or {}
+            record = records.get(call_slot(message, index, position)) or {}
             answer = answers.get(call_id)
             klass, failed, recovery, how = _explain(call, record, answer, resolutions)
             llm_calls = int(record.get("repairs") or 0)
             if recovery == "replan":
-                llm_calls += int(ledger.get("replans") or 0) if plan else 0
+                llm_calls += int((ledger.get("task") or {}).get("replans") or 0) if plan else 0
             ok = answer is not None and answer.status != "error"
             if recovery == "replan":
                 ok = plan.get("status") == "completed"
@@ -763,7 +767,7 @@ def _summary(
         "kind": "summary",
         "thread_id": thread_id,
         "state": state,
-        "aborted": bool(ledger.get("aborted")),
+        "aborted": bool((ledger.get("task") or {}).get("aborted")),
         "answer": last.text if isinstance(last, AIMessage) and not last.tool_calls else None,
         "calls": [dataclasses.asdict(row) for row in rows],
         "effects": [
@@ -1007,7 +1011,7 @@ def _why(status: ThreadStatus, values: Mapping[str, Any]) -> str:
         who = "being run by another process" if status.state == "running" else "stopped"
         return f"{who} before {', '.join(status.next)} (step {status.step}){effects}"
     ledger = values.get("resilience") or {}
-    if ledger.get("aborted"):
+    if (ledger.get("task") or {}).get("aborted"):
         return "aborted by a human"
     messages = values.get("messages") or []
     last = messages[-1] if messages else None

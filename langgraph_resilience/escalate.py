@@ -30,7 +30,14 @@ from langgraph_resilience.canonical import call_key
 from langgraph_resilience.errors import ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
-from langgraph_resilience.state import CallRecord, Ledger, current_tool_call_ids, read_ledger
+from langgraph_resilience.state import (
+    CallRecord,
+    Ledger,
+    current_slots,
+    current_task,
+    read_ledger,
+    read_messages,
+)
 from langgraph_resilience.tools import error_message
 
 __all__ = ["ESCALATION_TYPE", "EscalateNode", "Resolution", "escalation_request"]
@@ -133,17 +140,18 @@ class EscalateNode:
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
         waiting = [
-            (call_id, calls[call_id])
-            for call_id in current_tool_call_ids(state, self.messages_key)
-            if call_id in calls and calls[call_id]["status"] == "escalate"
+            (slot, calls[slot])
+            for slot in current_slots(state, self.messages_key)
+            if slot in calls and calls[slot]["status"] == "escalate"
         ]
         updates: dict[str, CallRecord] = {}
         messages: list[AnyMessage] = []
         aborted = False
-        for call_id, record in waiting:
+        for slot, record in waiting:
             error = ToolError.model_validate(record["error"])
+            call_id = record.get("call_id") or error.call_id or ""
             if aborted:
-                updates[call_id] = {**record, "status": "failed"}
+                updates[slot] = {**record, "status": "failed"}
                 messages.append(_answered(error, Resolution(action="abort"), by="abort"))
                 continue
             asked = Event(
@@ -165,21 +173,23 @@ class EscalateNode:
                     )
                 updated["status"] = "scheduled"
                 updated["due"] = None  # run at once: next_step routes straight to tools
+                updated["approved"] = True  # a human vouched: an unknown outcome may rerun
             else:
                 updated["status"] = "failed"
                 messages.append(_answered(error, resolution, by="human"))
                 aborted = resolution.action == "abort"
-            updates[call_id] = updated
-        if aborted:  # nothing of this turn may stay unanswered once the thread ends
-            for call_id in current_tool_call_ids(state, self.messages_key):
-                left = calls.get(call_id)
+            updates[slot] = updated
+        if aborted:  # nothing of this turn may stay unanswered once the task ends
+            for slot in current_slots(state, self.messages_key):
+                left = calls.get(slot)
                 if left is not None and left["status"] == "replan" and left["error"]:
                     error = ToolError.model_validate(left["error"])
-                    updates[call_id] = {**left, "status": "failed"}
+                    updates[slot] = {**left, "status": "failed"}
                     messages.append(_answered(error, Resolution(action="abort"), by="abort"))
         delta: Ledger = {"calls": updates, "events": {"escalation": len(waiting)}}
         if aborted:
-            delta["aborted"] = True
+            task_id = current_task(read_messages(state, self.messages_key))
+            delta["task"] = {"id": task_id, "aborted": True}
             report = self.compensate(thread_id) if self.compensate is not None else None
             if report is not None:
                 emit(

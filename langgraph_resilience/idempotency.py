@@ -182,6 +182,32 @@ def idempotency_key(
     return f"{tool}:{hashlib.sha256(material.encode('utf-8')).hexdigest()[:32]}"
 
 
+def effect_fingerprint(
+    tool: str,
+    args: Any,
+    *,
+    thread_id: str,
+    noise_fields: Iterable[str] = DEFAULT_NOISE_FIELDS,
+) -> str:
+    """The identity of *what* an effect does in a thread, whichever call asks for it:
+    tool + canonical arguments + thread, without the call's position.
+
+    A model told that a call's outcome is unknown re-issues it under a new id, hence
+    a new idempotency key; the fingerprint is how the ledger recognizes it as the
+    same effect and reconciles the earlier one first (`IdempotencyStore.unresolved`).
+
+    >>> a = effect_fingerprint("pay", {"amount": 5}, thread_id="t")
+    >>> a == effect_fingerprint("pay", {"amount": 5.0, "nonce": 9}, thread_id="t")
+    True
+    """
+    material = json.dumps(
+        [_KEY_VERSION, tool, canonical_args(args, noise_fields=noise_fields), thread_id],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()[:32]
+
+
 def compensation_key(key: str) -> str:
     """The idempotency key under which the compensation of `key` is claimed.
 
@@ -223,6 +249,8 @@ class IdempotencyRecord:
     """The canonical arguments, with secret-named fields redacted (audit only)."""
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
+    fingerprint: str | None = None
+    """`effect_fingerprint` of the intent: the same effect asked for by another call."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -328,8 +356,15 @@ def _check_status(status: str) -> OutcomeStatus:
 class IdempotencyStore(Protocol):
     """The durable intent/outcome ledger. Every method has an async twin (``a*``)."""
 
-    def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    def claim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Atomically write an intent for `key` unless one exists; say what was found."""
+        ...
+
+    def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """The thread's pending intents (outcome unknown) with this `effect_fingerprint`,
+        oldest first: the same effect asked for by an earlier call."""
         ...
 
     def record_outcome(
@@ -352,8 +387,14 @@ class IdempotencyStore(Protocol):
         """Every record of one thread, oldest first."""
         ...
 
-    async def aclaim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    async def aclaim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Async `claim`."""
+        ...
+
+    async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """Async `unresolved`."""
         ...
 
     async def arecord_outcome(
@@ -472,7 +513,9 @@ class InMemoryIdempotencyStore:
         result = None if result_json is None else json.loads(result_json)
         return dataclasses.replace(record, result=result)
 
-    def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    def claim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Atomically write an intent for `key` unless one exists."""
         args = json.loads(_audit_args(args_json))
         with self._lock:
@@ -488,9 +531,21 @@ class InMemoryIdempotencyStore:
                 args=args,
                 created_at=now,
                 updated_at=now,
+                fingerprint=fingerprint,
             )
             self._rows[key] = (record, None)
             return Claim("new", record)
+
+    def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """The thread's pending intents with this fingerprint, oldest first."""
+        with self._lock:
+            return [
+                record
+                for record, _ in self._rows.values()
+                if record.status == "pending"
+                and record.fingerprint == fingerprint
+                and record.thread_id == thread_id
+            ]
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -530,9 +585,17 @@ class InMemoryIdempotencyStore:
             keys = [k for k, (r, _) in self._rows.items() if r.thread_id == thread_id]
             return [r for k in keys if (r := self._load(k)) is not None]
 
-    async def aclaim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    async def aclaim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Async `claim` (no I/O: runs inline)."""
-        return self.claim(key, tool=tool, args_json=args_json, thread_id=thread_id)
+        return self.claim(
+            key, tool=tool, args_json=args_json, thread_id=thread_id, fingerprint=fingerprint
+        )
+
+    async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """Async `unresolved`."""
+        return self.unresolved(thread_id, fingerprint)
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -638,6 +701,9 @@ _PG_IDEMPOTENCY_DDL = (
     )
     """,
     "CREATE INDEX IF NOT EXISTS lgr_idempotency_thread_idx ON lgr_idempotency (thread_id)",
+    "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
 )
 
 _PG_SAGA_DDL = (
@@ -657,13 +723,13 @@ _PG_SAGA_DDL = (
     "CREATE INDEX IF NOT EXISTS lgr_saga_thread_idx ON lgr_saga (thread_id, seq)",
 )
 
-_COLUMNS = "key, tool, thread_id, args, status, result, created_at, updated_at"
+_COLUMNS = "key, tool, thread_id, args, status, result, created_at, updated_at, fingerprint"
 
 # The intent: one durable round trip for a new key. A key that exists returns no
 # row, and `_claim_script` reads it (a second round trip, only on a replay).
 _PG_INTENT = f"""
-INSERT INTO lgr_idempotency (key, tool, thread_id, args)
-VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb)
+INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
+VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s)
 ON CONFLICT (key) DO NOTHING
 RETURNING {_COLUMNS}
 """
@@ -700,6 +766,10 @@ _PG_FOR_THREAD = (
     f"SELECT {_COLUMNS} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
     "ORDER BY created_at, key"
 )
+_PG_UNRESOLVED = (
+    f"SELECT {_COLUMNS} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
+    "AND fingerprint = %(fingerprint)s AND status = 'pending' ORDER BY created_at, key"
+)
 _PG_RELEASE = "DELETE FROM lgr_idempotency WHERE key = %(key)s AND status <> 'done' RETURNING key"
 
 _SAGA_COLUMNS = "seq, thread_id, key, tool, action, status, detail, at"
@@ -723,6 +793,7 @@ def _record_of(row: Mapping[str, Any]) -> IdempotencyRecord:
         args=row["args"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        fingerprint=row["fingerprint"],
     )
 
 
@@ -810,8 +881,16 @@ def _entry_of(row: Mapping[str, Any]) -> SagaEntry:
     )
 
 
-def _claim_params(key: str, tool: str, args_json: str, thread_id: str) -> dict[str, Any]:
-    return {"key": key, "tool": tool, "thread_id": thread_id, "args": _audit_args(args_json)}
+def _claim_params(
+    key: str, tool: str, args_json: str, thread_id: str, fingerprint: str | None
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "tool": tool,
+        "thread_id": thread_id,
+        "args": _audit_args(args_json),
+        "fingerprint": fingerprint,
+    }
 
 
 def _record_params(key: str, result: Any, status: str) -> dict[str, Any]:
@@ -965,10 +1044,17 @@ class PostgresIdempotencyStore(_SyncPostgres, _OutcomeMode):
         """Create the table and its index if they do not exist."""
         self._ddl(_PG_IDEMPOTENCY_DDL)
 
-    def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    def claim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Atomically write an intent for `key` unless one exists (one round trip)."""
-        params = _claim_params(key, tool, args_json, thread_id)
+        params = _claim_params(key, tool, args_json, thread_id, fingerprint)
         return cast("Claim", _run_script(_claim_script(_PG, key, params), self._rows))
+
+    def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """The thread's pending intents with this fingerprint, oldest first (one round trip)."""
+        rows = self._rows(_PG_UNRESOLVED, {"thread_id": thread_id, "fingerprint": fingerprint})
+        return [_record_of(r) for r in rows]
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -991,11 +1077,22 @@ class PostgresIdempotencyStore(_SyncPostgres, _OutcomeMode):
         """Every record of one thread, oldest first."""
         return [_record_of(r) for r in self._rows(_PG_FOR_THREAD, {"thread_id": thread_id})]
 
-    async def aclaim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    async def aclaim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Async `claim`, in a worker thread."""
         return await asyncio.to_thread(
-            self.claim, key, tool=tool, args_json=args_json, thread_id=thread_id
+            self.claim,
+            key,
+            tool=tool,
+            args_json=args_json,
+            thread_id=thread_id,
+            fingerprint=fingerprint,
         )
+
+    async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """Async `unresolved`, in a worker thread."""
+        return await asyncio.to_thread(self.unresolved, thread_id, fingerprint)
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -1033,10 +1130,17 @@ class AsyncPostgresIdempotencyStore(_AsyncPostgres, _OutcomeMode):
         """Create the table and its index if they do not exist."""
         await self._ddl(_PG_IDEMPOTENCY_DDL)
 
-    async def aclaim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    async def aclaim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Atomically write an intent for `key` unless one exists (one round trip)."""
-        params = _claim_params(key, tool, args_json, thread_id)
+        params = _claim_params(key, tool, args_json, thread_id, fingerprint)
         return cast("Claim", await _arun_script(_claim_script(_PG, key, params), self._rows))
+
+    async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """The thread's pending intents with this fingerprint, oldest first (one round trip)."""
+        params = {"thread_id": thread_id, "fingerprint": fingerprint}
+        return [_record_of(r) for r in await self._rows(_PG_UNRESOLVED, params)]
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -1060,12 +1164,18 @@ class AsyncPostgresIdempotencyStore(_AsyncPostgres, _OutcomeMode):
         rows = await self._rows(_PG_FOR_THREAD, {"thread_id": thread_id})
         return [_record_of(r) for r in rows]
 
-    def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    def claim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Sync `aclaim`, from a thread other than the store's event loop."""
-        return cast(
-            "Claim",
-            self._sync(self.aclaim(key, tool=tool, args_json=args_json, thread_id=thread_id)),
+        coro = self.aclaim(
+            key, tool=tool, args_json=args_json, thread_id=thread_id, fingerprint=fingerprint
         )
+        return cast("Claim", self._sync(coro))
+
+    def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """Sync `aunresolved`, from a thread other than the store's event loop."""
+        return cast("list[IdempotencyRecord]", self._sync(self.aunresolved(thread_id, fingerprint)))
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -1197,7 +1307,8 @@ _SQLITE_DDL = (
             CHECK (status IN ('pending', 'done', 'failed')),
         result TEXT,
         created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
+        updated_at REAL NOT NULL,
+        fingerprint TEXT
     )
     """,
     "CREATE INDEX IF NOT EXISTS lgr_idempotency_thread_idx ON lgr_idempotency (thread_id)",
@@ -1217,8 +1328,9 @@ _SQLITE_DDL = (
 )
 
 _SQLITE_CLAIM = f"""
-INSERT INTO lgr_idempotency (key, tool, thread_id, args, status, created_at, updated_at)
-VALUES (:key, :tool, :thread_id, :args, 'pending', :now, :now)
+INSERT INTO lgr_idempotency
+    (key, tool, thread_id, args, status, created_at, updated_at, fingerprint)
+VALUES (:key, :tool, :thread_id, :args, 'pending', :now, :now, :fingerprint)
 ON CONFLICT (key) DO NOTHING
 RETURNING {_COLUMNS}
 """
@@ -1233,6 +1345,14 @@ RETURNING {_COLUMNS}
 _SQLITE_GET = f"SELECT {_COLUMNS} FROM lgr_idempotency WHERE key = :key"
 _SQLITE_FOR_THREAD = (
     f"SELECT {_COLUMNS} FROM lgr_idempotency WHERE thread_id = :thread_id ORDER BY created_at, key"
+)
+_SQLITE_UNRESOLVED = (
+    f"SELECT {_COLUMNS} FROM lgr_idempotency WHERE thread_id = :thread_id "
+    "AND fingerprint = :fingerprint AND status = 'pending' ORDER BY created_at, key"
+)
+_SQLITE_UNRESOLVED_INDEX = (
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'"
 )
 _SQLITE_RELEASE = "DELETE FROM lgr_idempotency WHERE key = :key AND status <> 'done' RETURNING key"
 _SQLITE_SAGA_APPEND = f"""
@@ -1255,6 +1375,7 @@ def _sqlite_record(row: sqlite3.Row) -> IdempotencyRecord:
         args=None if row["args"] is None else json.loads(row["args"]),
         created_at=_utc(row["created_at"]),
         updated_at=_utc(row["updated_at"]),
+        fingerprint=row["fingerprint"],
     )
 
 
@@ -1277,10 +1398,15 @@ class _Sqlite:
         self._lock = threading.Lock()
 
     def setup(self) -> None:
-        """Create the ledger and saga tables if they do not exist."""
+        """Create the ledger and saga tables if they do not exist (and add the
+        ``fingerprint`` column to a ledger made by an earlier version)."""
         with self._lock:
             for statement in _SQLITE_DDL:
                 self.conn.execute(statement)
+            columns = {row[1] for row in self.conn.execute("PRAGMA table_info(lgr_idempotency)")}
+            if "fingerprint" not in columns:
+                self.conn.execute("ALTER TABLE lgr_idempotency ADD COLUMN fingerprint TEXT")
+            self.conn.execute(_SQLITE_UNRESOLVED_INDEX)
 
     def _rows(self, query: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
         with self._lock:
@@ -1300,10 +1426,17 @@ class SqliteIdempotencyStore(_Sqlite):
     worker thread.
     """
 
-    def claim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    def claim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Atomically write an intent for `key` unless one exists."""
-        params = _claim_params(key, tool, args_json, thread_id)
+        params = _claim_params(key, tool, args_json, thread_id, fingerprint)
         return cast("Claim", _run_script(_claim_script(_SQLITE, key, params), self._rows))
+
+    def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """The thread's pending intents with this fingerprint, oldest first."""
+        rows = self._rows(_SQLITE_UNRESOLVED, {"thread_id": thread_id, "fingerprint": fingerprint})
+        return [_sqlite_record(r) for r in rows]
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -1326,11 +1459,22 @@ class SqliteIdempotencyStore(_Sqlite):
         """Every record of one thread, oldest first."""
         return [_sqlite_record(r) for r in self._rows(_SQLITE_FOR_THREAD, {"thread_id": thread_id})]
 
-    async def aclaim(self, key: str, *, tool: str, args_json: str, thread_id: str) -> Claim:
+    async def aclaim(
+        self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
+    ) -> Claim:
         """Async `claim`, in a worker thread."""
         return await asyncio.to_thread(
-            self.claim, key, tool=tool, args_json=args_json, thread_id=thread_id
+            self.claim,
+            key,
+            tool=tool,
+            args_json=args_json,
+            thread_id=thread_id,
+            fingerprint=fingerprint,
         )
+
+    async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
+        """Async `unresolved`, in a worker thread."""
+        return await asyncio.to_thread(self.unresolved, thread_id, fingerprint)
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"

@@ -2,9 +2,13 @@
 
 A call is "the same" when its `call_key` (tool + canonical arguments) is. Only
 calls the agent (or a repair) *issues* count; the retry node re-executing one
-call id does not. Two patterns are loops:
+call does not. Counts are per task (the turns since the latest human message):
+the same request in a later turn is not a loop. A call whose failure was handed
+back to the agent leaves `seen` for `failed`, so re-issuing it is not a loop;
+failing ``threshold`` times is. Two patterns are loops:
 
-- repeat: the call would be the ``threshold + 1``-th identical one in the thread;
+- repeat: the call would be the ``threshold + 1``-th identical answered one in the
+  task, or follows ``threshold`` failures of it handed back to the agent;
 - alternating: the agent's last calls were A, B, A and this one is B (A != B).
 """
 
@@ -22,12 +26,18 @@ RECENT_WINDOW = 8
 
 
 def detect_loop(
-    key: str, *, seen: Mapping[str, int], recent: Sequence[str], threshold: int
+    key: str,
+    *,
+    seen: Mapping[str, int],
+    recent: Sequence[str],
+    threshold: int,
+    failed: Mapping[str, int] | None = None,
 ) -> LoopKind | None:
     """Return the loop this call would close, or None.
 
-    `seen` counts the thread's issued calls per key, `recent` lists the last
-    issued keys in order (oldest first).
+    `seen` counts the task's issued calls per key (minus those handed back as
+    failed), `failed` the calls per key whose failure the agent was handed,
+    `recent` lists the last issued keys in order (oldest first).
 
     >>> detect_loop("a", seen={"a": 2}, recent=[], threshold=2)
     'repeat'
@@ -35,7 +45,7 @@ def detect_loop(
     'alternating'
     >>> detect_loop("c", seen={"a": 2}, recent=["a", "b", "a"], threshold=2)
     """
-    if seen.get(key, 0) >= threshold:
+    if seen.get(key, 0) >= threshold or (failed or {}).get(key, 0) >= threshold:
         return "repeat"
     if len(recent) >= 3:
         a, b, a2 = recent[-3:]

@@ -48,9 +48,12 @@ from langgraph_resilience.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
     Ledger,
-    current_tool_call_ids,
+    TaskLedger,
+    current_slots,
+    current_task,
     read_ledger,
     read_messages,
+    task_view,
 )
 from langgraph_resilience.tools import error_message
 from langgraph_resilience.validation import parsed_content
@@ -97,9 +100,9 @@ class PlannerNode:
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
         waiting = {
-            call_id: calls[call_id]
-            for call_id in current_tool_call_ids(state, self.messages_key)
-            if call_id in calls and calls[call_id]["status"] == "replan"
+            slot: calls[slot]
+            for slot in current_slots(state, self.messages_key)
+            if slot in calls and calls[slot]["status"] == "replan"
         }
         failures = [
             ToolError.model_validate(envelope)
@@ -139,12 +142,14 @@ class PlannerNode:
             else None,
             max_steps=self.policy.max_plan_steps,
             arguments={
-                call_id: record.get("origin_args") or record.get("args") or {}
-                for call_id, record in waiting.items()
+                record.get("call_id") or slot: record.get("origin_args") or record.get("args") or {}
+                for slot, record in waiting.items()
             },
         )
+        messages = read_messages(state, self.messages_key)
         return {
             "ledger": ledger,
+            "task": task_view(ledger, current_task(messages)),
             "waiting": waiting,
             "failures": failures,
             "structural": structural,
@@ -205,9 +210,11 @@ class PlannerNode:
 
     def _settle(self, context: dict[str, Any], reply: Any) -> dict[str, Any]:
         ledger: Ledger = context["ledger"]
+        task: TaskLedger = context["task"]
         waiting: dict[str, CallRecord] = context["waiting"]
         plan, verdict = self._verdict(context, reply)
-        replans = int(ledger.get("replans") or 0) + 1
+        plan_id = int(ledger.get("replans") or 0) + 1  # lifetime: plan ids never repeat
+        replans = int(task.get("replans") or 0) + 1
         emit(
             Event(
                 "plan_verdict",
@@ -220,16 +227,17 @@ class PlannerNode:
         delta: Ledger = {
             "replans": 1,
             "llm_calls": 1,
+            "task": {"id": task.get("id", ""), "replans": 1, "llm_calls": 1},
             "events": {"plan_accepted" if verdict.accepted else "plan_rejected": 1},
         }
         messages: list[AnyMessage] = []
         calls: dict[str, CallRecord] = {}
         if verdict.accepted and plan is not None:
             delta["plan"] = {
-                "id": replans,
+                "id": plan_id,
                 "status": "running",
                 "plan": plan.model_dump(mode="json"),
-                "for_calls": list(waiting),
+                "for_calls": [record.get("call_id") or slot for slot, record in waiting.items()],
                 "issued": [],
                 "done": [],
                 "failed": [],
@@ -241,12 +249,12 @@ class PlannerNode:
                 messages.append(error_message(error))
         else:
             delta["plan"] = {
-                "id": replans,
+                "id": plan_id,
                 "status": "rejected",
                 "plan": plan.model_dump(mode="json") if plan else None,
                 "verdict": verdict.model_dump(mode="json"),
             }
-            spent = int(ledger.get("llm_calls") or 0) + 1
+            spent = int(task.get("llm_calls") or 0) + 1
             budget_left = (
                 replans < self.policy.max_replans and spent < self.policy.max_recovery_llm_calls
             )

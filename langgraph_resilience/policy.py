@@ -61,22 +61,30 @@ class ResiliencePolicy:
     """MAX_REPAIR: reflection repairs per original call for SEMANTIC failures."""
 
     loop_threshold: int = 2
-    """Identical (tool, canonical args) calls allowed per thread; the next one is a loop."""
+    """Identical (tool, canonical args) calls allowed per task; the next one is a loop."""
 
     max_tool_attempts: int = 100
-    """Tool executions per thread, shared by every tool, node and recovery path."""
+    """Tool executions per task, shared by every tool, node and recovery path.
+
+    A task is what one human message asked for: the turns since the latest
+    `HumanMessage` (a thread without one is a single task). Every budget below that
+    says "per task" starts afresh with the next human message, so an ordinary long
+    conversation never runs out; `max_thread_tool_attempts` caps a whole thread."""
+
+    max_thread_tool_attempts: int | None = None
+    """Optional lifetime cap on tool executions per thread (None: no cap)."""
 
     max_recovery_llm_calls: int = 10
-    """LLM calls per thread spent on recovery (repairs, replans), shared by all paths."""
+    """LLM calls per task spent on recovery (repairs, replans), shared by all paths."""
 
     max_replans: int = 2
-    """Planner attempts per thread; a rejected plan counts. Then: escalation."""
+    """Planner attempts per task; a rejected plan counts. Then: escalation."""
 
     max_plan_steps: int = 8
     """The verifier rejects a replan with more steps than this."""
 
     deadline: float | dt.timedelta | None = None
-    """Wall-clock budget per thread from its first tool call; None means no deadline."""
+    """Wall-clock budget per task from its first tool call; None means no deadline."""
 
     tool_timeout: float | dt.timedelta | None = None
     """Per-execution timeout of a tool; a timeout is TRANSIENT (UNKNOWN for side effects)."""
@@ -137,10 +145,17 @@ class ResiliencePolicy:
             raise ConfigurationError(
                 "structural_memory must be >= 0 seconds, or None to remember for the thread's life"
             )
+        lifetime = self.max_thread_tool_attempts
+        if lifetime is not None and (
+            isinstance(lifetime, bool) or not isinstance(lifetime, int) or lifetime < 1
+        ):
+            raise ConfigurationError(
+                f"max_thread_tool_attempts must be an integer >= 1 or None, got {lifetime!r}"
+            )
         if self.max_attempts > self.max_tool_attempts:
             raise ConfigurationError(
                 f"max_attempts ({self.max_attempts}) exceeds max_tool_attempts "
-                f"({self.max_tool_attempts}), so the thread budget would end every call first; "
+                f"({self.max_tool_attempts}), so the task budget would end every call first; "
                 "raise max_tool_attempts"
             )
 

@@ -66,11 +66,14 @@ class ToolProfile:
     max_wait: float | dt.timedelta = 0.0
     """Bulkhead: how long an excess call waits for a slot before failing TRANSIENT."""
 
-    status_check: Callable[[str], Any] | None = None
-    """For side effects: ``status_check(idempotency_key)`` asks the service whether the
-    effect happened. Return an `EffectStatus`, or the effect's result when done and
-    None when not. Without it an effect of unknown outcome is never re-run: a human
-    (or the agent) is asked."""
+    status_check: Callable[..., Any] | None = None
+    """For side effects: ``status_check(idempotency_key)`` or
+    ``status_check(idempotency_key, args)`` asks the service whether the effect
+    happened (the second form serves a service that cannot look up by key: it gets
+    the call's arguments). Return an `EffectStatus`, or the effect's result when done
+    and None when not; may be async under ``ainvoke``. Raising leaves the outcome
+    unknown. Without it an effect of unknown outcome is never re-run: a human (or the
+    agent) is asked."""
 
     compensate: Callable[[str, Any], Any] | None = None
     """For side effects: ``compensate(idempotency_key, recorded_result)`` undoes the

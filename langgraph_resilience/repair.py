@@ -5,7 +5,7 @@ structured `ToolError` (with its ``suggested_action``, e.g. ``fix_arg:currency``
 and binds exactly the failing tool, so the reply is a corrected call. Repair
 can loop too, so it is bounded: at most ``policy.max_repair`` repairs per
 original call (MAX_REPAIR), and every repair LLM call counts against the
-thread's ``max_recovery_llm_calls``. Both counters live in the checkpointed
+task's ``max_recovery_llm_calls``. Both counters live in the checkpointed
 ledger, so a resume cannot reset them. A repair that proposes arguments
 identical to an already failed attempt is rejected without executing.
 
@@ -42,9 +42,12 @@ from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.state import (
     CallRecord,
     Ledger,
-    current_tool_call_ids,
+    TaskLedger,
+    current_slots,
+    current_task,
     read_ledger,
     read_messages,
+    task_view,
 )
 from langgraph_resilience.tools import error_message
 
@@ -94,6 +97,7 @@ def repair_prompt(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Request:
+    slot: str
     call_id: str
     record: CallRecord
     tool: BaseTool
@@ -122,16 +126,17 @@ class RepairNode:
         calls = ledger.get("calls") or {}
         messages = read_messages(state, self.messages_key)
         requests = []
-        for call_id in current_tool_call_ids(state, self.messages_key):
-            record = calls.get(call_id)
+        for slot in current_slots(state, self.messages_key):
+            record = calls.get(slot)
             if record is None or record["status"] != "repair" or record["error"] is None:
                 continue
             tool = self.tools_by_name[record["tool"]]
             error = ToolError.model_validate(record["error"])
             prompt = repair_prompt(messages, tool, record, error)
-            requests.append(_Request(call_id, record, tool, error, prompt))
-        budget = self.policy.max_recovery_llm_calls - int(ledger.get("llm_calls") or 0)
-        return requests, budget
+            call_id = record.get("call_id") or error.call_id or ""
+            requests.append(_Request(slot, call_id, record, tool, error, prompt))
+        spent = int(_task(state, self.messages_key).get("llm_calls") or 0)
+        return requests, self.policy.max_recovery_llm_calls - spent
 
     def _bound(self, tool: BaseTool) -> Any:
         return self.model.bind_tools([tool], tool_choice=tool.name)
@@ -238,11 +243,12 @@ class RepairNode:
                 else:
                     record["status"] = "failed"
                     messages.append(error_message(error, exhausted=exhausted))
-            calls[request.call_id] = record
+            calls[request.slot] = record
+        task_id = current_task(read_messages(state, self.messages_key))
         delta: Ledger = {
             "calls": calls,
             "llm_calls": llm_calls,
-            "seen": seen,
+            "task": {"id": task_id, "llm_calls": llm_calls, "seen": seen},
             "events": {f"repair_{k}": v for k, v in events.items()},
         }
         return {self.messages_key: messages, "resilience": delta}
@@ -267,10 +273,15 @@ class RepairNode:
     def _exhausted(self, record: CallRecord, llm_calls: int, state: Any) -> ExhaustionReason | None:
         if record.get("repairs", 0) >= self.policy.max_repair:
             return "max_repair"
-        spent = int(read_ledger(state).get("llm_calls") or 0) + llm_calls
+        spent = int(_task(state, self.messages_key).get("llm_calls") or 0) + llm_calls
         if spent >= self.policy.max_recovery_llm_calls:
             return "max_recovery_llm_calls"
         return None
+
+
+def _task(state: Any, messages_key: str) -> TaskLedger:
+    """The current task's view of the ledger."""
+    return task_view(read_ledger(state), current_task(read_messages(state, messages_key)))
 
 
 def _summary(error: ToolError) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph_resilience.clock import Clock
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
-from langgraph_resilience.state import Ledger, current_tool_call_ids, read_ledger
+from langgraph_resilience.state import Ledger, current_slots, read_ledger
 
 __all__ = ["RetryNode", "backoff_delay", "next_due", "retry_after_exceeded"]
 
@@ -65,13 +65,13 @@ def retry_after_exceeded(retry_after: float | None, policy: ResiliencePolicy) ->
     return retry_after is not None and retry_after > policy.max_retry_after_s
 
 
-def next_due(ledger: Ledger, call_ids: list[str]) -> float | None:
-    """The earliest due time among the scheduled calls in `call_ids`, or None."""
+def next_due(ledger: Ledger, slots: list[str]) -> float | None:
+    """The earliest due time among the scheduled calls in `slots`, or None."""
     calls = ledger.get("calls") or {}
     dues = [
         record["due"] or 0.0
-        for call_id in call_ids
-        if (record := calls.get(call_id)) is not None and record["status"] == "scheduled"
+        for slot in slots
+        if (record := calls.get(slot)) is not None and record["status"] == "scheduled"
     ]
     return min(dues) if dues else None
 
@@ -86,13 +86,14 @@ class RetryNode:
     def _wait(self, state: Any) -> tuple[float, list[str]]:
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
-        ids = [
-            call_id
-            for call_id in current_tool_call_ids(state, self.messages_key)
-            if call_id in calls and calls[call_id]["status"] == "scheduled"
+        slots = [
+            slot
+            for slot in current_slots(state, self.messages_key)
+            if slot in calls and calls[slot]["status"] == "scheduled"
         ]
-        due = next_due(ledger, ids)
+        due = next_due(ledger, slots)
         wait = 0.0 if due is None else max(0.0, due - self.clock.time())
+        ids = [calls[slot].get("call_id") or slot for slot in slots]
         return wait, ids
 
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:

@@ -18,10 +18,12 @@ from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.retry import backoff_delay, retry_after_exceeded
 from langgraph_resilience.state import (
-    current_tool_call_ids,
+    current_slots,
+    current_task,
     last_ai_message,
     read_ledger,
     read_messages,
+    task_view,
 )
 
 __all__ = [
@@ -113,7 +115,12 @@ def unrecovered(
     human = Decision("escalate", exhausted=decision.exhausted) if can_escalate else decision
     if error.failure_class in (FailureClass.POLICY, FailureClass.UNKNOWN):
         return human
-    if decision.exhausted in ("max_tool_attempts", "max_recovery_llm_calls", "side_effect"):
+    if decision.exhausted in (
+        "max_tool_attempts",
+        "max_thread_tool_attempts",
+        "max_recovery_llm_calls",
+        "side_effect",
+    ):
         return human
     replannable = error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
         "max_attempts",
@@ -133,7 +140,7 @@ def decide(
     error: ToolError,
     *,
     attempts: int,
-    thread_attempts: int,
+    task_attempts: int,
     elapsed: float | None,
     policy: ResiliencePolicy,
     profile: ToolProfile | None,
@@ -146,11 +153,16 @@ def decide(
     """Decide the next step after a failed execution.
 
     `attempts` counts executions of this call so far (the failed one included),
-    `thread_attempts` every tool execution in the thread, `elapsed` the
-    seconds since the thread's first tool call (None if unknown), `repairs`
-    the reflection repairs spent on this call, `llm_calls` the thread's
+    `task_attempts` every tool execution in the current task, `elapsed` the
+    seconds since the task's first tool call (None if unknown), `repairs`
+    the reflection repairs spent on this call, `llm_calls` the task's
     recovery LLM calls. `idempotent` says side effects run under idempotency
     keys, which is what makes retrying them safe.
+
+    A side effect whose outcome is unknown and that has a ``status_check`` is
+    reconciled before anything is counted: asking the service is not an attempt,
+    and the tools node only runs it again when the answer is "not done" and
+    attempts are left.
     """
     if error.failure_class is FailureClass.SEMANTIC:
         return decide_repair(
@@ -162,15 +174,16 @@ def decide(
             can_repair=can_repair,
         )
     side_effect = profile is not None and profile.side_effect
-    reconcile = (
+    if (
         error.failure_class is FailureClass.UNKNOWN
         and side_effect
         and idempotent
         and profile is not None
         and profile.status_check is not None
         and bool(error.context.get("maybe_executed"))
-    )
-    if not error.retriable and not reconcile:
+    ):
+        return Decision("retry", delay=0.0)  # the next run asks status_check, never blind
+    if not error.retriable:
         return Decision("agent")
     if side_effect and not idempotent:
         # A side effect is never retried without an idempotency key.
@@ -182,9 +195,7 @@ def decide(
     )
     if attempts >= max_attempts:
         return Decision("agent", exhausted="max_attempts")
-    if reconcile:  # the next run asks status_check under the same key: never blind
-        return Decision("retry", delay=0.0)
-    if thread_attempts >= policy.max_tool_attempts:
+    if task_attempts >= policy.max_tool_attempts:
         return Decision("agent", exhausted="max_tool_attempts")
     remaining = None
     if policy.deadline_s is not None:
@@ -222,8 +233,8 @@ def _pending(state: Any, messages_key: str) -> set[str]:
     calls = read_ledger(state).get("calls") or {}
     return {
         "ready" if record["status"] == "scheduled" and record["due"] is None else record["status"]
-        for call_id in current_tool_call_ids(state, messages_key)
-        if (record := calls.get(call_id)) is not None
+        for slot in current_slots(state, messages_key)
+        if (record := calls.get(slot)) is not None
     }
 
 
@@ -234,10 +245,10 @@ def next_step(state: Any, messages_key: str = "messages") -> Next:
     approved call, due at once), retry (backoff, then
     the tools node runs every due call), escalate, planner; then the plan
     executor while a replan runs; then the agent once every call of the turn
-    is answered. An aborted thread ends.
+    is answered. An aborted task ends the run (the next human message starts afresh).
     """
     ledger = read_ledger(state)
-    if ledger.get("aborted"):
+    if task_view(ledger, current_task(read_messages(state, messages_key))).get("aborted"):
         return "__end__"
     pending = _pending(state, messages_key)
     for status, route in _ORDER:

@@ -1,37 +1,60 @@
 """`ResilienceState` and the per-thread ledger, merged by a reducer.
 
 The ledger is the checkpointed memory of recovery: how often each call ran,
-which calls wait for a retry and when, what the thread has spent. Because it
-lives in graph state it survives a crash and a resume, so no budget resets
+which calls wait for a retry and when, what the current task has spent. Because
+it lives in graph state it survives a crash and a resume, so no budget resets
 (LangGraph's `RetryPolicy` counter lives in memory and does).
 
+A call's identity is its *position* in the thread, its `call_slot`: the
+assistant message it belongs to and its index there, never the provider's
+tool-call id alone, since providers reuse ids (``call_0`` in every message, or a
+counter that restarts with the process). The `ToolMessage` still answers the
+provider's id.
+
+A thread is a conversation of many tasks. A task is what one human message
+asked for: budgets, the loop guard and an abort are scoped to it (the ``task``
+section), so an ordinary long conversation never runs out of budget. Lifetime
+counters (``tool_attempts``, ``llm_calls``, ``replans``, ``events``) keep
+counting for the whole thread.
+
 Writes to the ``resilience`` channel are *deltas*, merged by `merge_ledger`:
-call records merge per call id (the record with more attempts wins, ties go to
-the newer write), counters add up. Parallel writers in one super-step
-therefore never lose an update. Everything in it is plain JSON, so every
+call records merge per slot (the record with more attempts wins, ties go to
+the newer write), counters add up, and a delta naming a new task starts a fresh
+task section. Parallel writers in one super-step therefore never lose an
+update. A whole ledger (one that came out of `merge_ledger`, e.g. a subgraph's
+final state handed to its parent) carries a revision and *replaces* an older
+one instead of being added to it. Everything in it is plain JSON, so every
 LangGraph checkpointer stores it without custom serializers.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired
+from collections.abc import Iterator
+from typing import Annotated, Any, Literal, NamedTuple, NotRequired
 
-from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall
 from typing_extensions import TypedDict
 
 __all__ = [
-    "CallRecord",
     "PLAN_CALL_PREFIX",
     "RECENT_KEYS",
+    "CallRecord",
+    "CallSlot",
     "Ledger",
     "ResilienceLedger",
     "ResilienceState",
+    "TaskLedger",
+    "call_slot",
+    "current_calls",
+    "current_slots",
+    "current_task",
     "empty_ledger",
-    "current_tool_call_ids",
+    "empty_task",
     "last_ai_message",
     "merge_ledger",
     "read_ledger",
     "read_messages",
+    "task_view",
 ]
 
 CallStatus = Literal["scheduled", "repair", "replan", "escalate", "ok", "failed"]
@@ -46,7 +69,7 @@ RECENT_KEYS = 8
 
 
 class CallRecord(TypedDict):
-    """What the ledger knows about one tool call (keyed by its tool_call_id).
+    """What the ledger knows about one tool call (keyed by its `call_slot`).
 
     Optional keys: ``args`` (the arguments now in force, after coercion or
     repair), ``repairs`` (reflection repairs spent), ``trail`` (each failed
@@ -63,6 +86,8 @@ class CallRecord(TypedDict):
     """Wall-clock time at which a scheduled retry may run."""
     error: dict[str, Any] | None
     """The last `ToolError`, as JSON (kept after a recovery, for audit)."""
+    call_id: NotRequired[str]
+    """The provider's tool-call id, which the call's `ToolMessage` answers."""
     args: NotRequired[dict[str, Any]]
     repairs: NotRequired[int]
     trail: NotRequired[list[dict[str, Any]]]
@@ -81,50 +106,89 @@ class CallRecord(TypedDict):
     """A redone batch call: the idempotency keys its items had on the first run."""
     done_items: NotRequired[list[Any]]
     """A batch call's items that succeeded in earlier (partial) runs."""
+    approved: NotRequired[bool]
+    """A human answered retry/edit: an effect of unknown outcome may run again."""
+    loop_key: NotRequired[str]
+    """The key the loop guard counted when the agent issued the call."""
+
+
+class TaskLedger(TypedDict, total=False):
+    """What the current task (the turns since the latest human message) has spent."""
+
+    id: str
+    """The task: its human message's id (or ``#<index>``), ``""`` without one."""
+    tool_attempts: int
+    """Tool executions in this task, across every tool and recovery path."""
+    started_at: float | None
+    """Wall-clock time of the task's first tool execution (deadline origin)."""
+    llm_calls: int
+    """LLM calls spent on recovery (repairs, replans) in this task."""
+    replans: int
+    """Planner attempts in this task (accepted or rejected), bounded by max_replans."""
+    seen: dict[str, int]
+    """Issued calls per call key (retries of one call do not count): loop guard."""
+    failed: dict[str, int]
+    """Calls per key whose failure went back to the agent: its re-issue is not a loop
+    (it leaves `seen`), but failing `loop_threshold` times is."""
+    recent: list[str]
+    """The last `RECENT_KEYS` issued call keys, oldest first: loop patterns."""
+    aborted: bool
+    """A human aborted the task; once true it stays true until the next task."""
 
 
 class Ledger(TypedDict, total=False):
     """The per-thread ledger held in the ``resilience`` channel."""
 
     calls: dict[str, CallRecord]
+    """Per `call_slot`: what happened to each call."""
+    task: TaskLedger
+    """The current task's budgets and loop guard."""
     tool_attempts: int
-    """Tool executions in this thread, across every tool and recovery path."""
-    started_at: float | None
-    """Wall-clock time of the thread's first tool execution (deadline origin)."""
+    """Tool executions in this thread's whole life (the optional lifetime cap)."""
     events: dict[str, int]
     """How many events of each kind the thread emitted."""
     llm_calls: int
-    """LLM calls spent on recovery (repairs, replans) in this thread."""
-    seen: dict[str, int]
-    """Issued calls per call key (retries of one call id do not count): loop guard."""
-    recent: list[str]
-    """The last `RECENT_KEYS` issued call keys, oldest first: loop patterns."""
+    """LLM calls spent on recovery in this thread's whole life."""
     replans: int
-    """Planner attempts in this thread (accepted or rejected), bounded by max_replans."""
+    """Planner attempts in this thread's whole life: numbers the plans."""
     plan: dict[str, Any] | None
     """The current replan, as JSON: the plan, its status, finished steps and outputs.
     Written whole (last writer wins): only the planner and executor write it."""
-    aborted: bool
-    """A human aborted the task; once true it stays true."""
     gone: dict[str, float]
     """Tools that answered STRUCTURAL when executed (404/410, contract gone), with the
     wall-clock time of the latest such answer: `policy.structural_memory` applies."""
+    rev: int
+    """Set on every merged (whole) ledger, never on a delta: a whole ledger written
+    back (a subgraph's output) replaces an older one instead of adding to it."""
+
+
+def empty_task(task_id: str = "") -> TaskLedger:
+    """A task with nothing spent."""
+    return {
+        "id": task_id,
+        "tool_attempts": 0,
+        "started_at": None,
+        "llm_calls": 0,
+        "replans": 0,
+        "seen": {},
+        "failed": {},
+        "recent": [],
+        "aborted": False,
+    }
 
 
 def empty_ledger() -> Ledger:
     """A ledger with nothing spent."""
     return {
         "calls": {},
+        "task": empty_task(),
         "tool_attempts": 0,
         "llm_calls": 0,
-        "started_at": None,
         "events": {},
-        "seen": {},
-        "recent": [],
         "replans": 0,
         "plan": None,
-        "aborted": False,
         "gone": {},
+        "rev": 0,
     }
 
 
@@ -146,34 +210,30 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
                 merged[name] = value  # type: ignore[literal-required]
     if not update:
         return merged
+    if "rev" in update:  # a whole ledger: the newer one stands, nothing is added twice
+        if int(update["rev"] or 0) < int(merged["rev"]):
+            return merged
+        whole = empty_ledger()
+        whole.update({k: v for k, v in update.items() if v is not None})  # type: ignore[typeddict-item]
+        return whole
+    merged["rev"] = int(merged["rev"]) + 1
     delta_calls = update.get("calls")
     if delta_calls:
         calls = dict(merged["calls"])
-        for call_id, record in delta_calls.items():
-            existing = calls.get(call_id)
+        for slot, record in delta_calls.items():
+            existing = calls.get(slot)
             if existing is None or record["attempts"] >= existing["attempts"]:
-                calls[call_id] = record
+                calls[slot] = record
         merged["calls"] = calls
-    if update.get("tool_attempts"):
-        merged["tool_attempts"] = int(merged["tool_attempts"]) + int(update["tool_attempts"])
-    if update.get("llm_calls"):
-        merged["llm_calls"] = int(merged["llm_calls"]) + int(update["llm_calls"])
-    if update.get("replans"):
-        merged["replans"] = int(merged["replans"]) + int(update["replans"])
+    for counter in ("tool_attempts", "llm_calls", "replans"):
+        if update.get(counter):
+            merged[counter] = int(merged[counter]) + int(update[counter])
     if "plan" in update:
         merged["plan"] = update["plan"]
-    if update.get("aborted"):
-        merged["aborted"] = True
-    started = update.get("started_at")
-    if started is not None:
-        known = merged.get("started_at")
-        merged["started_at"] = started if known is None else min(known, started)
+    if update.get("task"):
+        merged["task"] = _merge_task(merged["task"], update["task"])
     if update.get("events"):
         merged["events"] = _added(merged["events"], update["events"])
-    if update.get("seen"):
-        merged["seen"] = _added(merged["seen"], update["seen"])
-    if update.get("recent"):
-        merged["recent"] = [*merged["recent"], *update["recent"]][-RECENT_KEYS:]
     if update.get("gone"):
         gone = dict(merged["gone"])
         for tool, at in update["gone"].items():
@@ -182,11 +242,40 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     return merged
 
 
+def _merge_task(current: TaskLedger, update: TaskLedger) -> TaskLedger:
+    """A task delta: added to the current task, or the start of a new one."""
+    task_id = update.get("id")
+    merged: TaskLedger = (
+        empty_task(task_id) if task_id is not None and task_id != current.get("id") else current
+    )
+    merged = {**empty_task(merged.get("id", "")), **merged}
+    for counter in ("tool_attempts", "llm_calls", "replans"):
+        if update.get(counter):
+            merged[counter] = int(merged[counter]) + int(update[counter])
+    started = update.get("started_at")
+    if started is not None:
+        known = merged.get("started_at")
+        merged["started_at"] = started if known is None else min(known, started)
+    if update.get("seen"):
+        merged["seen"] = _added(merged["seen"], update["seen"])
+    if update.get("failed"):
+        merged["failed"] = _added(merged["failed"], update["failed"])
+    if update.get("recent"):
+        merged["recent"] = [*merged["recent"], *update["recent"]][-RECENT_KEYS:]
+    if update.get("aborted"):
+        merged["aborted"] = True
+    return merged
+
+
 def _added(totals: dict[str, int], delta: dict[str, int]) -> dict[str, int]:
-    """A new count map: `totals` plus `delta`."""
+    """A new count map: `totals` plus `delta` (entries that reach 0 are dropped)."""
     added = dict(totals)
     for name, count in delta.items():
-        added[name] = added.get(name, 0) + int(count)
+        total = added.get(name, 0) + int(count)
+        if total:
+            added[name] = total
+        else:
+            added.pop(name, None)
     return added
 
 
@@ -200,6 +289,9 @@ class ResilienceState(TypedDict, total=False):
 
     It is a `typing_extensions.TypedDict`, like LangGraph's `MessagesState`; a
     state built on `typing.TypedDict` declares ``resilience: ResilienceLedger``.
+    In a subgraph, give the parent the channel too (the subgraph's ledger then
+    replaces the parent's on the way out), or compile the subgraph with
+    ``checkpointer=True`` so it keeps its own ledger between parent turns.
     """
 
     resilience: ResilienceLedger
@@ -229,12 +321,64 @@ def last_ai_message(messages: list[AnyMessage]) -> tuple[int, AIMessage] | None:
     return None
 
 
-def current_tool_call_ids(state: Any, messages_key: str) -> list[str]:
-    """Ids of every call (valid or invalid) in the latest `AIMessage`."""
+def current_task(messages: list[AnyMessage]) -> str:
+    """The current task's id: the latest human message's id (``#<index>`` when it has
+    none), or ``""`` in a thread without human messages.
+
+    >>> current_task([HumanMessage("hi", id="h1"), AIMessage("hello")])
+    'h1'
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if isinstance(message, HumanMessage):
+            return message.id or f"#{index}"
+    return ""
+
+
+def task_view(ledger: Ledger, task_id: str) -> TaskLedger:
+    """The ledger's task section when it is `task_id`'s, else a fresh task (nothing of
+    an earlier task counts in a new one)."""
+    task = ledger.get("task")
+    if task and task.get("id", "") == task_id:
+        return {**empty_task(task_id), **task}
+    return empty_task(task_id)
+
+
+def call_slot(ai: AIMessage, ai_index: int, position: int, *, invalid: bool = False) -> str:
+    """A call's identity in the thread: its assistant message (the message id, else its
+    index) and its position in that message's calls (``i<n>`` for an invalid call).
+
+    >>> call_slot(AIMessage("", id="run-1"), 4, 0)
+    'run-1:0'
+    """
+    return f"{ai.id or f'#{ai_index}'}:{'i' if invalid else ''}{position}"
+
+
+class CallSlot(NamedTuple):
+    """One call of the latest assistant message: its slot and the call itself."""
+
+    slot: str
+    call: ToolCall
+    invalid: bool = False
+
+
+def _slots(ai: AIMessage, ai_index: int) -> Iterator[CallSlot]:
+    for position, call in enumerate(ai.tool_calls):
+        yield CallSlot(call_slot(ai, ai_index, position), call)
+    for position, bad in enumerate(ai.invalid_tool_calls):
+        call = ToolCall(name=bad.get("name") or "", args={}, id=bad.get("id"), type="tool_call")
+        yield CallSlot(call_slot(ai, ai_index, position, invalid=True), call, invalid=True)
+
+
+def current_calls(state: Any, messages_key: str) -> list[CallSlot]:
+    """Every call (valid or invalid) of the latest `AIMessage`, with its slot."""
     found = last_ai_message(read_messages(state, messages_key))
     if found is None:
         return []
-    ai = found[1]
-    ids = [call["id"] for call in ai.tool_calls if call.get("id")]
-    ids += [call["id"] for call in ai.invalid_tool_calls if call.get("id")]
-    return [i for i in ids if i is not None]
+    ai_index, ai = found
+    return list(_slots(ai, ai_index))
+
+
+def current_slots(state: Any, messages_key: str) -> list[str]:
+    """The slots of every call of the latest `AIMessage`."""
+    return [entry.slot for entry in current_calls(state, messages_key)]

@@ -59,6 +59,7 @@ from langgraph_resilience.idempotency import (
     Claim,
     CompensationReport,
     EffectStatus,
+    IdempotencyRecord,
     IdempotencyStore,
     InMemoryIdempotencyStore,
     InMemorySagaLog,
@@ -67,6 +68,7 @@ from langgraph_resilience.idempotency import (
     as_partial_result,
     claim_action,
     compensate_thread,
+    effect_fingerprint,
     failed_items,
     idempotency_key,
     item_idempotency_key,
@@ -86,10 +88,14 @@ from langgraph_resilience.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
     Ledger,
-    current_tool_call_ids,
+    TaskLedger,
+    call_slot,
+    current_calls,
+    current_task,
     last_ai_message,
     read_ledger,
     read_messages,
+    task_view,
 )
 from langgraph_resilience.validation import (
     Coercion,
@@ -138,16 +144,45 @@ def current_idempotency_key() -> str | None:
 
 
 class OutcomeUnknownError(ToolFailure):
-    """An earlier run of this side effect left no outcome and there is no status_check:
-    it is not run again blindly (UNKNOWN, ``query_status``)."""
+    """An earlier run of this side effect left no outcome and nothing could tell whether
+    it happened: it is not run again blindly (UNKNOWN, ``query_status``).
+
+    ``earlier_call`` says the unknown effect was asked for by an earlier, identical
+    call (same tool and arguments in this thread, e.g. a model re-issuing a call
+    whose answer was lost under a new id) rather than by this call itself.
+    """
+
+    def __init__(self, key: str, *, earlier_call: bool = False, reason: str = "") -> None:
+        if earlier_call:
+            text = (
+                "an identical earlier call (same tool and arguments) in this thread may "
+                "already have taken effect; its outcome is unknown, so this call was not "
+                "executed. Check whether the earlier one took effect before asking again."
+            )
+        else:
+            text = (
+                "an earlier attempt of this side effect may have happened and its outcome "
+                "is unknown; it was not run again. Check its status before retrying."
+            )
+        context: dict[str, Any] = {"idempotency_key": key}
+        if earlier_call:
+            context["earlier_call"] = True
+        if reason:
+            context["reason"] = reason
+        super().__init__(
+            FailureClass.UNKNOWN, text, suggested_action="query_status", context=context
+        )
+
+
+class _NotDoneError(ToolFailure):
+    """The service says the effect did not happen, and the call has no attempt left."""
 
     def __init__(self, key: str) -> None:
         super().__init__(
-            FailureClass.UNKNOWN,
-            "an earlier attempt of this side effect may have happened and its outcome is "
-            "unknown; it was not run again. Check its status before retrying.",
-            suggested_action="query_status",
-            context={"idempotency_key": key},
+            FailureClass.TRANSIENT,
+            "the service reports this side effect did not happen, and no attempt is left "
+            "to run it again",
+            context={"idempotency_key": key, "reconciled": "not_done"},
         )
 
 
@@ -157,6 +192,12 @@ class _Effect:
     thread_id: str
     args_json: str
     profile: ToolProfile
+    args: dict[str, Any]
+    fingerprint: str
+    may_execute: bool = True
+    """False once the call's attempts are spent: a reconcile may only ask status_check."""
+    approved: bool = False
+    """A human answered retry/edit: an unknown earlier outcome does not block it."""
 
 
 def _effect_status(value: Any) -> EffectStatus:
@@ -194,15 +235,52 @@ def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False
     )
 
 
-_EffectOp = tuple[Literal["claim", "status", "record", "release", "run", "saga"], Any]
-"""One I/O step of `GuardedToolNode._effect_flow` and its argument."""
+_EffectOp = tuple[Literal["claim", "siblings", "status", "record", "release", "run", "saga"], Any]
+"""One I/O step of `GuardedToolNode._effect_flow` and its argument (a key, or for
+``record`` a ``(key, result)`` pair)."""
 
 
-def _status_check(effect: _Effect) -> Callable[[str], Any]:
+def _ask_status(effect: _Effect, key: str) -> Any:
+    """Call the profile's ``status_check`` with ``(key, args)`` or ``(key)``, whichever
+    it takes. An exception is the outcome staying unknown, never a "not done"."""
     check = effect.profile.status_check
     if check is None:  # the flow asks only when there is one
         raise RuntimeError("status_check asked for a tool that has none")
-    return check
+    try:
+        return check(key, dict(effect.args)) if _takes_args(check) else check(key)
+    except GraphBubbleUp:
+        raise
+    except Exception as exc:
+        raise OutcomeUnknownError(key, reason=f"status_check failed: {exc}") from exc
+
+
+async def _awaited_status(effect: _Effect, key: str, pending: Any) -> Any:
+    """An async status_check's answer; its exception leaves the outcome unknown."""
+    try:
+        return await pending
+    except GraphBubbleUp:
+        raise
+    except Exception as exc:
+        raise OutcomeUnknownError(key, reason=f"status_check failed: {exc}") from exc
+
+
+def _takes_args(check: Callable[..., Any]) -> bool:
+    """Whether a status_check accepts the call's arguments as a second argument."""
+    try:
+        parameters = inspect.signature(check).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+_NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, _NotDoneError)
+"""Refusals raised before the tool ran: they spend no attempt."""
+
+
+def _siblings(found: Sequence[IdempotencyRecord], effect: _Effect) -> list[IdempotencyRecord]:
+    """Unresolved intents of the same effect asked for by other calls (not this key)."""
+    return [record for record in found if record.key != effect.key]
 
 
 def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> None:
@@ -279,6 +357,12 @@ class _InStep:
     started yet skip them (the ledger remembers them for later steps)."""
     item_keys: Mapping[str, list[str]]
     """Per call id: the item keys a redone batch keeps from its first run."""
+    slots: Mapping[str, str]
+    """Per call id: the call's slot (its identity in the thread, for idempotency keys)."""
+    spent: frozenset[str] = frozenset()
+    """Call ids whose attempts are spent: a reconcile may only ask status_check."""
+    approved: frozenset[str] = frozenset()
+    """Call ids a human told to run again despite an unknown earlier outcome."""
 
 
 _STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
@@ -307,6 +391,8 @@ class _Preflight:
     key: str = ""
     repairable: bool = False
     """Arguments that are not JSON: reflection repair may still produce a valid call."""
+    slot: str = ""
+    """The call's slot in the ledger."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -317,13 +403,21 @@ class _Batch:
     ai_index: int
     ai: AIMessage
     now: float
+    task: TaskLedger
+    """The current task's view of the ledger (a fresh one when this turn starts it)."""
     runnable: list[ToolCall] = dataclasses.field(default_factory=list)
     preflight: list[_Preflight] = dataclasses.field(default_factory=list)
     keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    slots: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Call id -> slot, for the calls that run."""
+    loop_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Call id -> the key the loop guard counted, for calls the agent issued now."""
     rerouted: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    """Calls sent straight to a fallback: call id -> (the remembered-gone tool, its args)."""
     item_keys: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     """Redone batch calls: the item keys of their first run."""
-    """Calls sent straight to a fallback: call id -> (the remembered-gone tool, its args)."""
+    spent: set[str] = dataclasses.field(default_factory=set)
+    approved: set[str] = dataclasses.field(default_factory=set)
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     recent: list[str] = dataclasses.field(default_factory=list)
 
@@ -333,12 +427,16 @@ class _Step:
     """What one tools step accumulates while settling its calls."""
 
     ledger: Ledger
-    thread_attempts: int
+    task: TaskLedger
+    task_attempts: int
     elapsed: float
     calls: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
     messages: list[AnyMessage] = dataclasses.field(default_factory=list)
     events: dict[str, int] = dataclasses.field(default_factory=dict)
     gone: dict[str, float] = dataclasses.field(default_factory=dict)
+    seen: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Loop-guard corrections: a failure handed back leaves `seen` for `failed`."""
+    failed: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def count(self, kind: str) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
@@ -511,69 +609,126 @@ class GuardedToolNode:
     # ------------------------------------------------------- exactly once
 
     def _effect(self, call: ToolCall, request: ToolCallRequest) -> _Effect | None:
-        """The idempotency key and claim arguments of a side-effecting call, or None."""
+        """The idempotency key and claim arguments of a side-effecting call, or None.
+
+        The key is bound to the call's slot (its assistant message and position), not to
+        the provider's id, which providers reuse."""
         profile = self.profiles.get(call["name"])
         if profile is None or not profile.side_effect or self.idempotency is None:
             return None
         runtime = getattr(request, "runtime", None)
         config = getattr(runtime, "config", None) or {}
         thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
+        in_step = _STEP.get()
+        call_id = call["id"] or ""
+        slot = in_step.slots.get(call_id, call_id) if in_step is not None else call_id
         args = call["args"]
+        noise = self.policy.noise_fields
         key = idempotency_key(
-            call["name"],
-            args,
-            thread_id=thread_id,
-            call_identity=call["id"] or "",
-            noise_fields=self.policy.noise_fields,
+            call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
         )
-        return _Effect(key, thread_id, canonical_args(args), profile)
+        return _Effect(
+            key,
+            thread_id,
+            canonical_args(args),
+            profile,
+            dict(args),
+            effect_fingerprint(call["name"], args, thread_id=thread_id, noise_fields=noise),
+            may_execute=in_step is None or call_id not in in_step.spent,
+            approved=in_step is not None and call_id in in_step.approved,
+        )
 
     def _effect_flow(
         self, call: ToolCall, effect: _Effect
     ) -> Generator[_EffectOp, Any, ToolMessage | Command[Any]]:
         """The exactly-once decision for one side-effecting call, as a sequence of I/O
-        steps that `_once` and `_aonce` carry out (sync or async): claim the key; replay a
-        recorded outcome; ask `status_check` about a pending one; else run the tool once,
-        releasing the key when it certainly did nothing, and record what happened."""
+        steps that `_once` and `_aonce` carry out (sync or async).
+
+        Claim the key; replay a recorded outcome; ask `status_check` about a pending
+        one (never re-run blindly). A new claim first looks for an unresolved intent of
+        the same effect from an earlier call (a re-issue under a new id) and reconciles
+        it: done answers this call too, not done releases it, and without a
+        status_check this call does not run. Then run the tool once, releasing the key
+        when it certainly did nothing, and record what happened."""
         claim: Claim = yield "claim", None
-        action = claim_action(claim, can_check_status=effect.profile.status_check is not None)
+        can_check = effect.profile.status_check is not None
+        action = claim_action(claim, can_check_status=can_check)
         if action == "replay":
             return _replayed(call, claim.record.result, effect.key)
+        if action in ("unknown", "check_status") and effect.approved:
+            action = "execute"  # a human vouched that running it again is right
         if action == "unknown":
             raise OutcomeUnknownError(effect.key)
         if action == "check_status":
-            status: EffectStatus = yield "status", None
+            status: EffectStatus = yield "status", effect.key
             if status.done:
-                yield "record", _jsonable(status.result)
+                yield "record", (effect.key, _jsonable(status.result))
                 return _replayed(call, status.result, effect.key, reconciled=True)
+            if not effect.may_execute:
+                yield "release", effect.key
+                raise _NotDoneError(effect.key)
+        else:
+            earlier = yield from self._reconcile_earlier(call, effect)
+            if earlier is not None:
+                return earlier
         try:
-            result: ToolMessage | Command[Any] = yield "run", None
+            result_: ToolMessage | Command[Any] = yield "run", None
         except GraphBubbleUp:
-            yield "release", None  # paused before the effect: run it afresh
+            yield "release", effect.key  # paused before the effect: run it afresh
             raise
         except Exception as exc:
             if not self._maybe_executed(call, exc):
-                yield "release", None
+                yield "release", effect.key
             raise
-        broken = self._broken_contract(call, result)
+        broken = self._broken_contract(call, result_)
         if broken is not None:  # it ran, but its answer is unusable: as if lost
-            if effect.profile.status_check is None:
+            if not can_check:
                 raise OutputValidationError(broken.problems, effect_unknown=True) from broken
-            status = yield "status", None
+            status = yield "status", effect.key
             if status.done:
-                yield "record", _jsonable(status.result)
+                yield "record", (effect.key, _jsonable(status.result))
             else:
-                yield "release", None
+                yield "release", effect.key
             return _answer_unusable(call, effect.key, status, broken)
-        yield "record", _outcome_of(result)
+        yield "record", (effect.key, _outcome_of(result_))
         if effect.profile.compensate is not None:
             yield "saga", None
-        return result
+        return result_
+
+    @staticmethod
+    def _reconcile_earlier(
+        call: ToolCall, effect: _Effect
+    ) -> Generator[_EffectOp, Any, ToolMessage | None]:
+        """Before a newly claimed effect runs: the same effect asked for by an earlier
+        call whose outcome is unknown. Done: this call is answered with its result (and
+        its own key records it). Not done: released, and this call runs. Unknowable
+        (no status_check, or it failed): this call does not run."""
+        siblings: list[IdempotencyRecord] = yield "siblings", None
+        for sibling in siblings:
+            if effect.approved:
+                yield "release", sibling.key
+                continue
+            if effect.profile.status_check is None:
+                yield "release", effect.key  # this call did not run
+                raise OutcomeUnknownError(sibling.key, earlier_call=True)
+            try:
+                status: EffectStatus = yield "status", sibling.key
+            except OutcomeUnknownError as exc:
+                yield "release", effect.key
+                reason = str(exc.context.get("reason", ""))
+                raise OutcomeUnknownError(sibling.key, earlier_call=True, reason=reason) from exc
+            if status.done:
+                result = _jsonable(status.result)
+                yield "record", (sibling.key, result)
+                yield "record", (effect.key, result)
+                return _replayed(call, status.result, sibling.key, reconciled=True)
+            yield "release", sibling.key
+        return None
 
     def _once(
         self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
     ) -> ToolMessage | Command[Any]:
-        """Run a side effect at most once per idempotency key (see `_effect_flow`)."""
+        """Run a side effect at most once per effect (see `_effect_flow`)."""
         effect = self._effect(call, request)
         store = self.idempotency
         if effect is None or store is None:
@@ -593,13 +748,28 @@ class GuardedToolNode:
                     tool=call["name"],
                     args_json=effect.args_json,
                     thread_id=effect.thread_id,
+                    fingerprint=effect.fingerprint,
                 )
+            elif op == "siblings":
+                reply = _siblings(store.unresolved(effect.thread_id, effect.fingerprint), effect)
             elif op == "status":
-                reply = _effect_status(_status_check(effect)(effect.key))
+                try:
+                    checked = _ask_status(effect, value)
+                except OutcomeUnknownError as exc:
+                    error = exc
+                    continue
+                if inspect.isawaitable(checked):
+                    if inspect.iscoroutine(checked):
+                        checked.close()
+                    raise ConfigurationError(
+                        f"the status_check of {call['name']!r} is async: run the graph with "
+                        "ainvoke/astream, or give the tool a sync status_check"
+                    )
+                reply = _effect_status(checked)
             elif op == "record":
-                store.record_outcome(effect.key, value)
+                store.record_outcome(*value)
             elif op == "release":
-                store.release(effect.key)
+                store.release(value)
             elif op == "saga" and self.saga is not None:
                 self.saga.append(
                     effect.thread_id,
@@ -641,14 +811,24 @@ class GuardedToolNode:
                     tool=call["name"],
                     args_json=effect.args_json,
                     thread_id=effect.thread_id,
+                    fingerprint=effect.fingerprint,
                 )
+            elif op == "siblings":
+                found = await store.aunresolved(effect.thread_id, effect.fingerprint)
+                reply = _siblings(found, effect)
             elif op == "status":
-                checked = _status_check(effect)(effect.key)
-                reply = _effect_status(await checked if inspect.isawaitable(checked) else checked)
+                try:
+                    checked = _ask_status(effect, value)
+                    if inspect.isawaitable(checked):
+                        checked = await _awaited_status(effect, value, checked)
+                except OutcomeUnknownError as exc:
+                    error = exc
+                    continue
+                reply = _effect_status(checked)
             elif op == "record":
-                await store.arecord_outcome(effect.key, value)
+                await store.arecord_outcome(*value)
             elif op == "release":
-                await store.arelease(effect.key)
+                await store.arelease(value)
             elif op == "saga" and self.saga is not None:
                 await self.saga.aappend(
                     effect.thread_id,
@@ -738,12 +918,14 @@ class GuardedToolNode:
             admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
             result = self._checked(call, self._once(call, request, execute))
-        except (GraphBubbleUp, BulkheadFullError, OutcomeUnknownError) as exc:
+        except ConfigurationError:
+            raise  # our own misconfiguration is never the tool's failure
+        except (GraphBubbleUp, *_NOT_EXECUTED) as exc:
             if admitted is not None and self.breaker is not None:
                 self.breaker_store.release(
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
                 )
-            if isinstance(exc, BulkheadFullError | OutcomeUnknownError):
+            if isinstance(exc, _NOT_EXECUTED):
                 return self._raised(call, exc, executed=False)
             raise
         except Exception as exc:
@@ -774,12 +956,14 @@ class GuardedToolNode:
             admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
             result = self._checked(call, await self._aonce(call, request, execute))
-        except (GraphBubbleUp, BulkheadFullError, OutcomeUnknownError) as exc:
+        except ConfigurationError:
+            raise  # our own misconfiguration is never the tool's failure
+        except (GraphBubbleUp, *_NOT_EXECUTED) as exc:
             if admitted is not None and self.breaker is not None:
                 await self.breaker_store.arelease(
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
                 )
-            if isinstance(exc, BulkheadFullError | OutcomeUnknownError):
+            if isinstance(exc, _NOT_EXECUTED):
                 return self._raised(call, exc, executed=False)
             raise
         except Exception as exc:
@@ -847,36 +1031,52 @@ class GuardedToolNode:
         return self.policy.loop_threshold
 
     def _is_loop(
-        self, batch: _Batch, call: ToolCall, key: str, seen: dict[str, int], recent: list[str]
+        self,
+        batch: _Batch,
+        call: ToolCall,
+        key: str,
+        slot: str,
+        *,
+        seen: dict[str, int],
+        recent: list[str],
     ) -> bool:
         """Count a call the agent issues now; answer it with a loop envelope if it closes one."""
         loop = detect_loop(
-            key, seen=seen, recent=recent, threshold=self._loop_threshold(call["name"])
+            key,
+            seen=seen,
+            recent=recent,
+            threshold=self._loop_threshold(call["name"]),
+            failed=batch.task.get("failed") or {},
         )
         for counts, order in ((seen, recent), (batch.seen, batch.recent)):
             counts[key] = counts.get(key, 0) + 1
             order.append(key)
+        batch.loop_keys[call["id"] or ""] = key
         if loop is None:
             return False
-        batch.preflight.append(_Preflight(_loop_error(call, key, loop, seen[key]), "loop", key))
+        count = seen[key] + int((batch.task.get("failed") or {}).get(key, 0))
+        error = _loop_error(call, key, loop, count)
+        batch.preflight.append(_Preflight(error, "loop", key, slot=slot))
         return True
 
     def _invalid_calls(
         self, batch: _Batch, answered: set[str], calls: Mapping[str, CallRecord]
-    ) -> list[ToolCall]:
+    ) -> list[tuple[str, ToolCall]]:
         """Unparseable calls: new ones are answered (or sent to repair) in preflight;
-        those a repair already fixed come back as ordinary calls."""
-        repaired: list[ToolCall] = []
-        for invalid in batch.ai.invalid_tool_calls:
+        those a repair already fixed come back as ordinary calls (with their slots)."""
+        repaired: list[tuple[str, ToolCall]] = []
+        for position, invalid in enumerate(batch.ai.invalid_tool_calls):
             call_id = invalid.get("id")
             if not call_id or call_id in answered:
                 continue
-            if call_id in calls:
+            slot = call_slot(batch.ai, batch.ai_index, position, invalid=True)
+            if slot in calls:
                 name = invalid.get("name") or ""
-                repaired.append(ToolCall(name=name, args={}, id=call_id, type="tool_call"))
+                repaired.append((slot, ToolCall(name=name, args={}, id=call_id, type="tool_call")))
                 continue
             repairable = invalid.get("name") in self.tools_by_name
-            batch.preflight.append(_Preflight(_invalid_call_error(invalid), repairable=repairable))
+            error = _invalid_call_error(invalid)
+            batch.preflight.append(_Preflight(error, repairable=repairable, slot=slot))
         return repaired
 
     def _fallbacks(
@@ -905,7 +1105,7 @@ class GuardedToolNode:
         return snapshot.status_at(self.breaker, self.clock.time()) == "open"
 
     def _avoid_gone(
-        self, batch: _Batch, call: ToolCall, gone: Mapping[str, float]
+        self, batch: _Batch, call: ToolCall, slot: str, gone: Mapping[str, float]
     ) -> tuple[str, dict[str, Any]] | None:
         """A new call to a tool this thread saw answer STRUCTURAL: send it straight to a
         fallback (the tool and arguments to run), else answer it as STRUCTURAL (None).
@@ -929,7 +1129,7 @@ class GuardedToolNode:
             call_id=call_id,
             rules=self.rules,
         )
-        batch.preflight.append(_Preflight(error))
+        batch.preflight.append(_Preflight(error, slot=slot))
         return None
 
     def _admit(
@@ -937,6 +1137,7 @@ class GuardedToolNode:
         batch: _Batch,
         call: ToolCall,
         key: str,
+        slot: str,
         *,
         seen: dict[str, int],
         recent: list[str],
@@ -946,16 +1147,43 @@ class GuardedToolNode:
         verified instead) and the thread's memory of gone tools: the tool, arguments
         and key to run, or None when it is answered without running."""
         if not (call["id"] or "").startswith(PLAN_CALL_PREFIX) and self._is_loop(
-            batch, call, key, seen, recent
+            batch, call, key, slot, seen=seen, recent=recent
         ):
             return None
         if call["name"] not in gone:
             return call["name"], call["args"], key
-        routed = self._avoid_gone(batch, call, gone)
+        routed = self._avoid_gone(batch, call, slot, gone)
         if routed is None:
             return None
         name, args = routed
         return name, args, call_key(name, args, noise_fields=self.policy.noise_fields)
+
+    def _max_attempts(self, tool: str) -> int:
+        profile = self.profiles.get(tool)
+        if profile is not None and profile.max_attempts is not None:
+            return profile.max_attempts
+        return self.policy.max_attempts
+
+    def _exhausted(
+        self, batch: _Batch, ledger: Ledger, budget_left: int
+    ) -> ExhaustionReason | None:
+        """The task budget (or the thread's lifetime cap) that stops a call from running."""
+        started_at = batch.task.get("started_at")
+        if (
+            self.policy.deadline_s is not None
+            and started_at is not None
+            and batch.now - started_at >= self.policy.deadline_s
+        ):
+            return "deadline"
+        if budget_left <= 0:
+            return "max_tool_attempts"
+        lifetime = self.policy.max_thread_tool_attempts
+        if (
+            lifetime is not None
+            and int(ledger.get("tool_attempts") or 0) + len(batch.runnable) >= lifetime
+        ):
+            return "max_thread_tool_attempts"
+        return None
 
     def _plan(self, state: Any) -> _Batch | None:
         messages = read_messages(state, self.messages_key)
@@ -965,24 +1193,20 @@ class GuardedToolNode:
         ai_index, ai = found
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
-        batch = _Batch(ai_index=ai_index, ai=ai, now=self.clock.time())
+        task = task_view(ledger, current_task(messages))
+        batch = _Batch(ai_index=ai_index, ai=ai, now=self.clock.time(), task=task)
         answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
         repaired_invalid = self._invalid_calls(batch, answered, calls)
-        budget_left = self.policy.max_tool_attempts - int(ledger.get("tool_attempts") or 0)
-        started_at = ledger.get("started_at")
-        deadline_passed = (
-            self.policy.deadline_s is not None
-            and started_at is not None
-            and batch.now - started_at >= self.policy.deadline_s
-        )
-        seen = dict(ledger.get("seen") or {})
-        recent = list(ledger.get("recent") or [])
+        budget_left = self.policy.max_tool_attempts - int(task.get("tool_attempts") or 0)
+        seen = dict(task.get("seen") or {})
+        recent = list(task.get("recent") or [])
         gone = ledger.get("gone") or {}
-        for call in [*ai.tool_calls, *repaired_invalid]:
+        valid = [(call_slot(ai, ai_index, i), call) for i, call in enumerate(ai.tool_calls)]
+        for slot, call in [*valid, *repaired_invalid]:
             call_id = call["id"] or ""
             if call_id in answered:
                 continue
-            record = calls.get(call_id)
+            record = calls.get(slot)
             if record is not None and (
                 record["status"] != "scheduled"
                 or (record["due"] or 0.0) > batch.now + _DUE_TOLERANCE
@@ -992,28 +1216,30 @@ class GuardedToolNode:
             name = (record.get("served_by") if record is not None else None) or call["name"]
             if name not in self.tools_by_name:
                 error = unknown_tool_error(name, list(self.tools_by_name), call_id=call_id)
-                batch.preflight.append(_Preflight(error))
+                batch.preflight.append(_Preflight(error, slot=slot))
                 continue
             args = dict(record["args"]) if record is not None and "args" in record else call["args"]
             key = call_key(name, args, noise_fields=self.policy.noise_fields)
             if record is None:  # a call issued now, not a retry of one in the ledger
-                admitted = self._admit(batch, call, key, seen=seen, recent=recent, gone=gone)
+                admitted = self._admit(batch, call, key, slot, seen=seen, recent=recent, gone=gone)
                 if admitted is None:
                     continue
                 name, args, key = admitted
-            exhausted: ExhaustionReason | None = None
-            if deadline_passed:
-                exhausted = "deadline"
-            elif budget_left <= 0:
-                exhausted = "max_tool_attempts"
+            exhausted = self._exhausted(batch, ledger, budget_left)
             if exhausted is not None:
                 last = _last_error(record) or _budget_error(call, exhausted)
-                batch.preflight.append(_Preflight(last, exhausted, key))
+                batch.preflight.append(_Preflight(last, exhausted, key, slot=slot))
                 continue
             budget_left -= 1
-            if record is not None and record.get("item_keys"):
-                batch.item_keys[call_id] = list(record["item_keys"])
+            if record is not None:
+                if record.get("item_keys"):
+                    batch.item_keys[call_id] = list(record["item_keys"])
+                if _tool_attempts(record) >= self._max_attempts(name):
+                    batch.spent.add(call_id)
+                if record.get("approved"):
+                    batch.approved.add(call_id)
             batch.keys[call_id] = key
+            batch.slots[call_id] = slot
             batch.runnable.append({**call, "name": name, "args": args})
         return batch
 
@@ -1022,6 +1248,15 @@ class GuardedToolNode:
         only_due = batch.ai.model_copy(update={"tool_calls": batch.runnable})
         base = dict(state) if isinstance(state, Mapping) else {}
         return {**base, self.messages_key: [*messages, only_due]}
+
+    def _in_step(self, batch: _Batch) -> _InStep:
+        return _InStep(
+            set(),
+            batch.item_keys,
+            batch.slots,
+            spent=frozenset(batch.spent),
+            approved=frozenset(batch.approved),
+        )
 
     def _finish(self, state: Any, batch: _Batch, output: Any) -> Any:
         ledger = read_ledger(state)
@@ -1033,14 +1268,17 @@ class GuardedToolNode:
             if isinstance(m.artifact, _Raised) and not m.artifact.executed
         }
         executed = len(batch.runnable) - len(refused)
+        started_at = batch.task.get("started_at")
         step = _Step(
             ledger=ledger,
-            thread_attempts=int(ledger.get("tool_attempts") or 0) + executed,
-            elapsed=batch.now - (ledger.get("started_at") or batch.now),
+            task=batch.task,
+            task_attempts=int(batch.task.get("tool_attempts") or 0) + executed,
+            elapsed=batch.now - (started_at or batch.now),
         )
         for issued in batch.runnable:
             call_id = issued["id"] or ""
-            previous = calls.get(call_id)
+            slot = batch.slots[call_id]
+            previous = calls.get(slot)
             attempts = (previous["attempts"] if previous else 0) + (call_id not in refused)
             message = results.get(call_id)
             fixed = message.response_metadata.pop("resilience_coercion", None) if message else None
@@ -1052,19 +1290,23 @@ class GuardedToolNode:
                 previous=previous,
                 coercions=fixed["changes"] if fixed is not None else None,
             )
+            if call_id in batch.loop_keys:
+                record["loop_key"] = batch.loop_keys[call_id]
             if call_id in batch.rerouted:
-                self._note_reroute(step, call_id, record, batch.rerouted[call_id])
+                self._note_reroute(step, slot, record, batch.rerouted[call_id])
             if call_id not in refused:
                 step.count("attempt")
                 if _tool_attempts(record) == 1:  # a first try of this tool
                     self._deposit(call["name"], batch.now)
             raised = message.artifact if message is not None else None
             if isinstance(raised, _Raised):
-                self._settle_failure(step, call, record, raised.error, now=batch.now)
+                self._settle_failure(step, slot, call, record, raised.error, now=batch.now)
                 continue
             partial = self._partial(call, message)
             if partial is not None and message is not None:
-                self._settle_partial(step, call, record, message, partial, now=batch.now)
+                self._settle_partial(
+                    step, slot, call, record, message=message, partial=partial, now=batch.now
+                )
                 continue
             emit(
                 Event(
@@ -1076,7 +1318,7 @@ class GuardedToolNode:
                 )
             )
             record["status"] = "ok"
-            step.calls[call_id] = record
+            step.calls[slot] = record
             if message is not None:
                 message.response_metadata.pop("resilience_item_keys", None)
                 merged = _with_done_items(message, record, self.profiles.get(call["name"]))
@@ -1085,15 +1327,21 @@ class GuardedToolNode:
             self._settle_preflight(step, item, calls)
 
         self._end_waits_past_budget(step, state, batch.now)
-        delta: Ledger = {
-            "calls": step.calls,
+        task_delta: TaskLedger = {
+            "id": batch.task.get("id", ""),
             "tool_attempts": executed,
-            "events": step.events,
-            "seen": batch.seen,
+            "seen": _summed(batch.seen, step.seen),
+            "failed": step.failed,
             "recent": batch.recent,
         }
-        if ledger.get("started_at") is None and executed:
-            delta["started_at"] = batch.now
+        if started_at is None and executed:
+            task_delta["started_at"] = batch.now
+        delta: Ledger = {
+            "calls": step.calls,
+            "task": task_delta,
+            "tool_attempts": executed,
+            "events": step.events,
+        }
         if step.gone:
             delta["gone"] = step.gone
         update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}
@@ -1102,7 +1350,14 @@ class GuardedToolNode:
         return update
 
     def _settle_failure(
-        self, step: _Step, call: ToolCall, record: CallRecord, exc: BaseException, *, now: float
+        self,
+        step: _Step,
+        slot: str,
+        call: ToolCall,
+        record: CallRecord,
+        exc: BaseException,
+        *,
+        now: float,
     ) -> None:
         """Classify one failed execution and carry out `decide()`'s verdict on it."""
         call_id = call["id"] or ""
@@ -1135,32 +1390,37 @@ class GuardedToolNode:
                 error=error.type,
             )
         )
-        self._decide(step, call, record, error, now=now)
+        self._decide(step, slot, call, record, error, now=now)
 
     def _decide(
-        self, step: _Step, call: ToolCall, record: CallRecord, error: ToolError, *, now: float
+        self,
+        step: _Step,
+        slot: str,
+        call: ToolCall,
+        record: CallRecord,
+        error: ToolError,
+        *,
+        now: float,
     ) -> None:
         """Carry out `decide()`'s verdict on a failed execution: retry, fall back, or on."""
-        call_id = call["id"] or ""
-        profile = self.profiles.get(call["name"])
         decision = decide(
             error,
             attempts=_tool_attempts(record),
-            thread_attempts=step.thread_attempts,
+            task_attempts=step.task_attempts,
             elapsed=step.elapsed,
             policy=self.policy,
-            profile=profile,
+            profile=self.profiles.get(call["name"]),
             rng=self.rng,
             repairs=record.get("repairs", 0),
-            llm_calls=int(step.ledger.get("llm_calls") or 0),
+            llm_calls=int(step.task.get("llm_calls") or 0),
             can_repair=self.can_repair,
             idempotent=self.idempotency is not None,
         )
         if decision.route == "retry" and not self._withdraw(call["name"], now):
             decision = Decision("agent", exhausted="retry_budget")
-        if self._fall_back(step, call_id, record, error, decision):
+        if self._fall_back(step, slot, record, error, decision):
             return
-        self._carry_out(step, call_id, record, error, decision, now=now)
+        self._carry_out(step, slot, record, error, decision, now=now)
 
     def _partial(self, call: ToolCall, message: ToolMessage | None) -> PartialResult | None:
         """The `PartialResult` a batch tool answered with, or None."""
@@ -1172,11 +1432,12 @@ class GuardedToolNode:
     def _settle_partial(
         self,
         step: _Step,
+        slot: str,
         call: ToolCall,
         record: CallRecord,
+        *,
         message: ToolMessage,
         partial: PartialResult,
-        *,
         now: float,
     ) -> None:
         """Some items of a batch failed: redo only those (PARTIAL), each keeping its
@@ -1190,7 +1451,7 @@ class GuardedToolNode:
                 raise ValueError(f"the batch argument {batch_arg!r} is not a list")
             redo = failed_items(items, partial, call_key="")
         except ValueError as exc:  # the tool's partial result does not match its batch
-            self._settle_failure(step, call, record, exc, now=now)
+            self._settle_failure(step, slot, call, record, exc, now=now)
             return
         done = [*record.get("done_items", []), *partial.succeeded]
         error = ToolError(
@@ -1228,7 +1489,7 @@ class GuardedToolNode:
                 items=len(items),
             )
         )
-        self._decide(step, call, record, error, now=now)
+        self._decide(step, slot, call, record, error, now=now)
 
     def _deposit(self, tool: str, now: float) -> None:
         """A first attempt earns retry tokens in the shared retry budget."""
@@ -1242,7 +1503,7 @@ class GuardedToolNode:
         return self.retry_budget_store.try_withdraw(self.breaker_key(tool), self.retry_budget, now)
 
     def _fall_back(
-        self, step: _Step, call_id: str, record: CallRecord, error: ToolError, decision: Decision
+        self, step: _Step, slot: str, record: CallRecord, error: ToolError, decision: Decision
     ) -> bool:
         """Hand a call whose tool is out (open breaker, STRUCTURAL, retries spent) to the
         next fallback whose breaker is not open; never back to a tool already tried."""
@@ -1274,14 +1535,14 @@ class GuardedToolNode:
         record["status"] = "scheduled"
         record["due"] = None
         record["key"] = call_key(fallback, args, noise_fields=self.policy.noise_fields)
-        step.calls[call_id] = record
+        step.calls[slot] = record
         step.count("fallback")
         emit(
             Event(
                 "fallback",
                 tool=record["tool"],
                 to=fallback,
-                call_id=call_id,
+                call_id=record.get("call_id"),
                 failure_class=error.failure_class.value,
             )
         )
@@ -1289,7 +1550,7 @@ class GuardedToolNode:
 
     @staticmethod
     def _note_reroute(
-        step: _Step, call_id: str, record: CallRecord, rerouted: tuple[str, dict[str, Any]]
+        step: _Step, slot: str, record: CallRecord, rerouted: tuple[str, dict[str, Any]]
     ) -> None:
         """Record a call sent straight to a fallback as served by it, like `_fall_back`."""
         primary, origin = rerouted
@@ -1302,7 +1563,7 @@ class GuardedToolNode:
                 "fallback",
                 tool=primary,
                 to=record["tool"],
-                call_id=call_id,
+                call_id=record.get("call_id"),
                 failure_class=FailureClass.STRUCTURAL.value,
                 remembered=True,
             )
@@ -1311,7 +1572,7 @@ class GuardedToolNode:
     def _carry_out(
         self,
         step: _Step,
-        call_id: str,
+        slot: str,
         record: CallRecord,
         error: ToolError,
         decision: Decision,
@@ -1320,6 +1581,7 @@ class GuardedToolNode:
     ) -> None:
         """Apply a decision to a call's record: wait, repair, replan, escalate or answer."""
         tool = record["tool"]
+        call_id = record.get("call_id") or error.call_id or ""
         decision = unrecovered(
             error,
             decision,
@@ -1327,7 +1589,7 @@ class GuardedToolNode:
             can_escalate=self.can_escalate,
             in_plan=call_id.startswith(PLAN_CALL_PREFIX),
         )
-        step.calls[call_id] = record
+        step.calls[slot] = record
         if decision.route in ("replan", "escalate"):
             step.count(f"{decision.route}_needed")
             emit(
@@ -1375,21 +1637,25 @@ class GuardedToolNode:
             )
             record["status"] = "failed"
             record["due"] = None
+            loop_key = record.get("loop_key")
+            if loop_key:  # the agent may re-issue a call whose failure it was handed
+                step.seen[loop_key] = step.seen.get(loop_key, 0) - 1
+                step.failed[loop_key] = step.failed.get(loop_key, 0) + 1
             step.messages.append(error_message(error, exhausted=decision.exhausted))
 
     def _end_waits_past_budget(self, step: _Step, state: Any, now: float) -> None:
-        """Once the thread budget is spent, calls still waiting for a retry would only
+        """Once the task budget is spent, calls still waiting for a retry would only
         wait to be refused: settle them now instead of sleeping first."""
-        if step.thread_attempts < self.policy.max_tool_attempts:
+        if step.task_attempts < self.policy.max_tool_attempts:
             return
         calls = step.ledger.get("calls") or {}
-        for call_id in current_tool_call_ids(state, self.messages_key):
-            record = step.calls.get(call_id) or calls.get(call_id)
+        for entry in current_calls(state, self.messages_key):
+            record = step.calls.get(entry.slot) or calls.get(entry.slot)
             if record is None or record["status"] != "scheduled" or record["error"] is None:
                 continue
             error = ToolError.model_validate(record["error"])
             decision = Decision("agent", exhausted="max_tool_attempts")
-            self._carry_out(step, call_id, dict(record), error, decision, now=now)  # type: ignore[arg-type]
+            self._carry_out(step, entry.slot, dict(record), error, decision, now=now)  # type: ignore[arg-type]
 
     def _settle_preflight(
         self, step: _Step, item: _Preflight, calls: Mapping[str, CallRecord]
@@ -1397,24 +1663,26 @@ class GuardedToolNode:
         """Answer a call that was not run (unknown tool, loop, spent budget, bad JSON),
         or send unparseable arguments to reflection repair."""
         error = item.error
+        slot = item.slot
         if item.repairable and error.call_id:
             decision = decide_repair(
                 error,
                 repairs=0,
-                llm_calls=int(step.ledger.get("llm_calls") or 0),
+                llm_calls=int(step.task.get("llm_calls") or 0),
                 policy=self.policy,
                 profile=self.profiles.get(error.tool or ""),
                 can_repair=self.can_repair,
             )
             if decision.route == "repair":
                 step.count("repair_needed")
-                step.calls[error.call_id] = {
+                step.calls[slot] = {
                     "tool": error.tool or "",
                     "key": "",
                     "attempts": 0,
                     "status": "repair",
                     "due": None,
                     "error": error.model_dump(mode="json"),
+                    "call_id": error.call_id,
                     "args": {},
                 }
                 return
@@ -1437,18 +1705,20 @@ class GuardedToolNode:
                     count=error.context.get("count"),
                 )
             )
+        previous = calls.get(slot)
+        answered_record: CallRecord = {
+            **(previous or {}),  # type: ignore[typeddict-item]
+            "tool": error.tool or "",
+            "key": item.key or (previous["key"] if previous else ""),
+            "attempts": previous["attempts"] if previous else 0,
+            "status": "failed",
+            "due": None,
+            "error": error.model_dump(mode="json"),
+            "call_id": error.call_id or "",
+        }
         if onward.route in ("replan", "escalate") and error.call_id:
             step.count(f"{onward.route}_needed")
-            previous = calls.get(error.call_id)
-            step.calls[error.call_id] = {
-                **(previous or {}),  # type: ignore[typeddict-item]
-                "tool": error.tool or "",
-                "key": item.key or (previous["key"] if previous else ""),
-                "attempts": previous["attempts"] if previous else 0,
-                "status": onward.route,
-                "due": None,
-                "error": error.model_dump(mode="json"),
-            }
+            step.calls[slot] = {**answered_record, "status": onward.route}
             return
         step.count("gave_up")
         emit(
@@ -1462,16 +1732,7 @@ class GuardedToolNode:
             )
         )
         if error.call_id:
-            previous = calls.get(error.call_id)
-            step.calls[error.call_id] = {
-                **(previous or {}),  # type: ignore[typeddict-item]
-                "tool": error.tool or "",
-                "key": item.key or (previous["key"] if previous else ""),
-                "attempts": previous["attempts"] if previous else 0,
-                "status": "failed",
-                "due": None,
-                "error": error.model_dump(mode="json"),
-            }
+            step.calls[slot] = answered_record
         step.messages.append(error_message(error, exhausted=item.exhausted))
 
     def run(self, state: Any, config: RunnableConfig) -> Any:
@@ -1481,7 +1742,7 @@ class GuardedToolNode:
             return {}
         output: Any = {}
         if batch.runnable:
-            token = _STEP.set(_InStep(set(), batch.item_keys))
+            token = _STEP.set(self._in_step(batch))
             try:
                 output = self._tool_node.invoke(self._input(state, batch), config)
             finally:
@@ -1495,12 +1756,20 @@ class GuardedToolNode:
             return {}
         output: Any = {}
         if batch.runnable:
-            token = _STEP.set(_InStep(set(), batch.item_keys))
+            token = _STEP.set(self._in_step(batch))
             try:
                 output = await self._tool_node.ainvoke(self._input(state, batch), config)
             finally:
                 _STEP.reset(token)
         return self._finish(state, batch, output)
+
+
+def _summed(counts: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:
+    """Two count deltas as one."""
+    total = dict(counts)
+    for name, count in more.items():
+        total[name] = total.get(name, 0) + count
+    return total
 
 
 def _tool_attempts(record: CallRecord) -> int:
@@ -1527,6 +1796,7 @@ def _record(
         "status": "scheduled",
         "due": None,
         "error": previous["error"] if previous else None,
+        "call_id": call["id"] or "",
         "args": dict(call["args"]),
     }
     if coercions:

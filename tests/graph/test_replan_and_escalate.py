@@ -230,7 +230,7 @@ def test_abort_ends_the_thread_with_every_call_answered(runner: Runner) -> None:
 
     out = runner.invoke(h.app, Command(resume={"action": "abort"}), config)
 
-    assert out["resilience"]["aborted"] is True
+    assert out["resilience"]["task"]["aborted"] is True
     assert isinstance(out["messages"][-1], ToolMessage)
     assert h.model.calls == 1
     assert h.app.get_state(config).next == ()

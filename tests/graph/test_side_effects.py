@@ -222,7 +222,7 @@ def test_abort_compensates_effects_newest_first(runner: Runner) -> None:
 
     out = runner.invoke(h.app, Command(resume={"action": "abort"}), config)
 
-    assert out["resilience"]["aborted"] is True
+    assert out["resilience"]["task"]["aborted"] is True
     keys = [key for key, _ in bank.payments]
     assert bank.refunds == list(reversed(keys))
     assert [amount for _, amount in bank.payments] == [1, 2, 3]

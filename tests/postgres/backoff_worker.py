@@ -89,7 +89,7 @@ def build(dsn: str, responses: list[Any], clock: Any) -> StateGraph[Any, Any, An
         builder,
         agent="agent",
         tools=[lookup],
-        policy=ResiliencePolicy(max_attempts=3, max_delay=RETRY_AFTER),
+        policy=ResiliencePolicy(max_attempts=3, max_delay=RETRY_AFTER, max_retry_after=RETRY_AFTER),
         clock=clock,
         rng=random.Random(1),
     )

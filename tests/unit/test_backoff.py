@@ -75,7 +75,7 @@ def test_a_day_long_retry_after_is_reported_not_slept() -> None:
     decision = decide(
         error,
         attempts=1,
-        thread_attempts=1,
+        task_attempts=1,
         elapsed=0.0,
         policy=ResiliencePolicy(),
         profile=None,
@@ -231,7 +231,7 @@ def _decide(
     error: ToolError | None = None,
     *,
     attempts: int = 1,
-    thread_attempts: int = 1,
+    task_attempts: int = 1,
     elapsed: float | None = 0.0,
     policy: ResiliencePolicy | None = None,
     profile: ToolProfile | None = None,
@@ -240,7 +240,7 @@ def _decide(
     return decide(
         error or _error(),
         attempts=attempts,
-        thread_attempts=thread_attempts,
+        task_attempts=task_attempts,
         elapsed=elapsed,
         policy=policy or ResiliencePolicy(),
         profile=profile,
@@ -294,16 +294,16 @@ def test_profile_max_attempts_overrides_the_policy() -> None:
 def test_thread_budget_is_shared_by_every_call() -> None:
     """When the thread has spent max_tool_attempts, no call retries."""
     policy = ResiliencePolicy(max_tool_attempts=10)
-    assert _decide(attempts=1, thread_attempts=10, policy=policy) == Decision(
+    assert _decide(attempts=1, task_attempts=10, policy=policy) == Decision(
         "agent", exhausted="max_tool_attempts"
     )
-    assert _decide(attempts=1, thread_attempts=9, policy=policy).route == "retry"
+    assert _decide(attempts=1, task_attempts=9, policy=policy).route == "retry"
 
 
 def test_per_call_budget_is_reported_before_the_thread_budget() -> None:
     """When both are spent, the call's own budget is named."""
     policy = ResiliencePolicy(max_tool_attempts=3)
-    assert _decide(attempts=3, thread_attempts=3, policy=policy).exhausted == "max_attempts"
+    assert _decide(attempts=3, task_attempts=3, policy=policy).exhausted == "max_attempts"
 
 
 @pytest.mark.parametrize("elapsed", [60.0, 61.0, 1e9])

@@ -35,17 +35,19 @@ def test_merging_nothing_gives_an_empty_ledger() -> None:
     assert merged == empty_ledger()
     assert merged["calls"] == {}
     assert merged["tool_attempts"] == 0
-    assert merged["started_at"] is None
+    assert merged["task"]["started_at"] is None
     assert merged["events"] == {}
 
 
 def test_none_update_keeps_the_current_ledger() -> None:
     """A None (or empty) delta changes nothing."""
-    current = merge_ledger(None, {"tool_attempts": 2, "started_at": 5.0, "events": {"a": 1}})
+    current = merge_ledger(
+        None, {"tool_attempts": 2, "task": {"started_at": 5.0}, "events": {"a": 1}}
+    )
     for update in (None, {}):
         merged = merge_ledger(current, update)  # type: ignore[arg-type]
         assert merged["tool_attempts"] == 2
-        assert merged["started_at"] == 5.0
+        assert merged["task"]["started_at"] == 5.0
         assert merged["events"] == {"a": 1}
 
 
@@ -54,7 +56,7 @@ def test_first_delta_becomes_the_ledger() -> None:
     merged = merge_ledger(None, {"calls": {"c1": _record(1)}})
     assert merged["calls"] == {"c1": _record(1)}
     assert merged["tool_attempts"] == 0
-    assert merged["started_at"] is None
+    assert merged["task"]["started_at"] is None
 
 
 def test_merge_does_not_mutate_its_inputs() -> None:
@@ -62,7 +64,7 @@ def test_merge_does_not_mutate_its_inputs() -> None:
     current: Ledger = {
         "calls": {"c1": _record(1)},
         "tool_attempts": 1,
-        "started_at": 2.0,
+        "task": {"id": "h1", "started_at": 2.0},
         "events": {"attempt": 1},
     }
     update: Ledger = {
@@ -139,19 +141,56 @@ def test_unrelated_records_survive_an_update() -> None:
 # ---------------------------------------------------------------------------- started_at
 
 
+def _start(ledger: Ledger) -> float | None:
+    return ledger["task"]["started_at"]
+
+
 def test_started_at_takes_the_earliest() -> None:
-    """The deadline origin is the first tool execution, whichever write arrives first."""
-    ledger = merge_ledger(None, {"started_at": 20.0})
-    assert merge_ledger(ledger, {"started_at": 10.0})["started_at"] == 10.0
-    assert merge_ledger(ledger, {"started_at": 30.0})["started_at"] == 20.0
+    """The deadline origin is the task's first tool execution, whichever write arrives first."""
+    ledger = merge_ledger(None, {"task": {"started_at": 20.0}})
+    assert _start(merge_ledger(ledger, {"task": {"started_at": 10.0}})) == 10.0
+    assert _start(merge_ledger(ledger, {"task": {"started_at": 30.0}})) == 20.0
 
 
 def test_started_at_none_never_erases_a_start() -> None:
     """A delta without a start keeps the known one; a first start is adopted."""
-    ledger = merge_ledger(None, {"started_at": 20.0})
-    assert merge_ledger(ledger, {"started_at": None})["started_at"] == 20.0
-    assert merge_ledger(ledger, {"tool_attempts": 1})["started_at"] == 20.0
-    assert merge_ledger(merge_ledger(None, {}), {"started_at": 7.5})["started_at"] == 7.5
+    ledger = merge_ledger(None, {"task": {"started_at": 20.0}})
+    assert _start(merge_ledger(ledger, {"task": {"started_at": None}})) == 20.0
+    assert _start(merge_ledger(ledger, {"tool_attempts": 1})) == 20.0
+    assert _start(merge_ledger(merge_ledger(None, {}), {"task": {"started_at": 7.5}})) == 7.5
+
+
+def test_a_new_task_starts_with_nothing_spent() -> None:
+    """A delta naming another task starts a fresh task section; lifetime counters go on."""
+    first = merge_ledger(
+        None,
+        {
+            "tool_attempts": 3,
+            "task": {"id": "h1", "tool_attempts": 3, "seen": {"k": 2}, "aborted": True},
+        },
+    )
+    same = merge_ledger(first, {"task": {"id": "h1", "tool_attempts": 1, "seen": {"k": 1}}})
+    assert (same["task"]["tool_attempts"], same["task"]["seen"]) == (4, {"k": 3})
+    nxt = merge_ledger(same, {"tool_attempts": 1, "task": {"id": "h2", "tool_attempts": 1}})
+    assert nxt["task"]["id"] == "h2"
+    assert (nxt["task"]["tool_attempts"], nxt["task"]["seen"], nxt["task"]["aborted"]) == (
+        1,
+        {},
+        False,
+    )
+    assert nxt["tool_attempts"] == 4
+
+
+def test_a_whole_ledger_replaces_an_older_one_instead_of_adding() -> None:
+    """A subgraph hands its whole ledger back to the parent: counts are not doubled."""
+    parent = merge_ledger(None, {"tool_attempts": 3, "task": {"id": "h1", "tool_attempts": 3}})
+    child = merge_ledger(
+        merge_ledger(None, parent), {"tool_attempts": 1, "task": {"id": "h1", "tool_attempts": 1}}
+    )
+    back = merge_ledger(parent, child)
+    assert back["tool_attempts"] == 4
+    assert back["task"]["tool_attempts"] == 4
+    assert merge_ledger(back, parent)["tool_attempts"] == 4  # an older whole ledger loses
 
 
 def test_gone_tools_keep_their_latest_structural_answer() -> None:
@@ -175,7 +214,9 @@ _DELTAS = st.lists(
                 st.integers(0, 5),
                 max_size=4,
             ),
-            "started_at": st.none() | st.floats(0, 1e10, allow_nan=False),
+            "task": st.fixed_dictionaries(
+                {}, optional={"started_at": st.none() | st.floats(0, 1e10, allow_nan=False)}
+            ),
             "calls": st.dictionaries(
                 st.sampled_from(["c1", "c2", "c3"]),
                 st.integers(1, 5).map(_record),
@@ -205,7 +246,7 @@ def test_merge_order_never_changes_the_totals(deltas: list[Any], seed: int) -> N
         a["tool_attempts"] == b["tool_attempts"] == sum(d.get("tool_attempts", 0) for d in deltas)
     )
     assert a["events"] == b["events"]
-    assert a["started_at"] == b["started_at"]
+    assert _start(a) == _start(b)
     assert {k: r["attempts"] for k, r in a["calls"].items()} == {
         k: r["attempts"] for k, r in b["calls"].items()
     }
@@ -214,13 +255,14 @@ def test_merge_order_never_changes_the_totals(deltas: list[Any], seed: int) -> N
 @settings(deadline=None)
 @given(deltas=_DELTAS, split=st.integers(0, 8))
 def test_merge_is_associative_for_totals(deltas: list[Any], split: int) -> None:
-    """Folding in two halves and merging gives the same totals as folding at once."""
+    """Folding the deltas in two halves, the second onto the first, gives the same totals
+    as folding them at once."""
     left, right = deltas[:split], deltas[split:]
-    combined = merge_ledger(_fold(left), _fold(right))
+    combined = _fold(right, _fold(left))
     whole = _fold(deltas)
     assert combined["tool_attempts"] == whole["tool_attempts"]
     assert combined["events"] == whole["events"]
-    assert combined["started_at"] == whole["started_at"]
+    assert _start(combined) == _start(whole)
 
 
 @settings(deadline=None)
@@ -253,7 +295,7 @@ def _realistic_ledger() -> Ledger:
         {
             "calls": {"c1": record, "c2": _record(2, status="ok")},
             "tool_attempts": 3,
-            "started_at": 1_700_000_000.125,
+            "task": {"id": "h1", "started_at": 1_700_000_000.125},
             "events": {"attempt": 3, "retry_scheduled": 1},
         },
     )
