@@ -503,12 +503,13 @@ def micro_items() -> list[MicroItem]:
     batch = node._plan(state)
     if batch is None or [c["id"] for c in batch.runnable] != ["new_a", "new_b"]:
         raise RuntimeError(f"_plan did not select the 2 new calls: {batch!r}")
-    update = node._finish(state, batch, output)
+    finished = node._finish(state, batch, output)
+    update = finished[0] if isinstance(finished, tuple) else finished  # (update, reports)
     delta = update["resilience"]
     call = ai.tool_calls[0]
     key = call_key(call["name"], call["args"])
     one_call_delta = {
-        "calls": {"new_a": delta["calls"]["new_a"]},
+        "calls": dict(list(delta["calls"].items())[:1]),
         "tool_attempts": 1,
         "events": {"attempt": 1},
     }

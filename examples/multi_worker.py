@@ -4,8 +4,9 @@ Two worker processes (``multiprocessing``, spawn) serve different users' threads
 with the same agent graph, on one PostgreSQL database: the checkpointer (so any
 worker can pick up any thread by its ``thread_id``) and a `PostgresBreakerStore`
 (so what one worker learns about a dead upstream, every worker knows). The
-``inventory`` service answers 503 to everything. Worker 1 retries, and its
-failures trip the shared breaker. Worker 2 then calls the same tool: the
+``inventory`` service answers 503 to everything. Worker 1 retries until its call
+fails, and that failed call trips the shared breaker (a breaker counts calls, not
+attempts). Worker 2 then calls the same tool: the
 breaker refuses the call before it executes, and the agent gets a STRUCTURAL
 envelope with ``retry_after_ms`` at once, with no attempts and no backoff. The
 parent process then reads both threads from the shared checkpointer.
@@ -70,8 +71,8 @@ from langgraph_resilience.testing import (
 )
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-BREAKER = BreakerConfig(minimum_calls=3, window_size=5, open_duration=60)
-"""Small so that one thread's three attempts trip it (the default judges 5+ calls)."""
+BREAKER = BreakerConfig(minimum_calls=1, window_size=1, open_duration=60)
+"""Demo-sized so that one failed call trips it (the default judges 30+ calls)."""
 SHOWN_EVENTS = ("attempt", "retry_scheduled", "breaker", "gave_up")
 
 

@@ -186,17 +186,20 @@ def _positive_seconds(value: float | dt.timedelta, *, field: str) -> float:
 class BreakerConfig:
     """How one breaker decides. Frozen, validated at construction.
 
-    Defaults follow resilience4j's where they fit an agent's tools, and differ
-    where tool-call volumes are far below an RPC endpoint's:
+    A breaker counts *logical calls*, not attempts: the guarded tools node and
+    `resilient_model` report one outcome per call when it leaves the tool or model
+    (success, or the failure it gave up with), so one call's own retries never open
+    it; a half-open probe reports at once. Defaults follow resilience4j's where they
+    fit an agent's tools, and differ where tool-call volumes are far below an RPC
+    endpoint's:
 
     ==========================  =============  ==================================
     field                       resilience4j   ours (why)
     ==========================  =============  ==================================
-    window / window_size        count, 100     count, 20 (a tool sees dozens of
+    window / window_size        count, 100     count, 50 (a tool sees dozens of
                                                calls a minute, not thousands)
     failure_rate_threshold      50%            0.5 (same)
-    minimum_calls               100            5 (with 100 a dead tool would be
-                                               called 100 times before tripping)
+    minimum_calls               100            30 (see below)
     open_duration               60 s           60 s (same)
     half_open_max_calls         10             1 (as Polly: at agent volumes ten
                                                probes keep a breaker half-open
@@ -211,6 +214,14 @@ class BreakerConfig:
                                                unhealthy upstream)
     ==========================  =============  ==================================
 
+    Why 30 calls: at the 50% threshold a tool whose calls fail at random 15% of the
+    time (independently) must not trip. With n calls in the window the chance that
+    at least half failed is P(X >= n/2), X ~ Binomial(n, 0.15): 7.1e-6 at n = 30 (the
+    first judgement), and 6.6e-9 once the window holds 50; summed over the warm-up
+    (n = 30..50) it is 1.8e-5. Even at 30% random failures a full window trips with
+    probability 2.4e-3. And a retried call fails only when every attempt did: 15% per
+    attempt over 3 attempts is 0.34% per call. A dead tool opens after 30 calls.
+
     resilience4j closes after the half-open calls' failure rate is below the
     threshold; here every probe must succeed and the first failed (or slow)
     probe reopens at once, which is what the probes are for.
@@ -223,14 +234,14 @@ class BreakerConfig:
     """``count``: the last `window_size` calls; ``time``: the calls of the last
     `window_size` seconds (in 10 buckets, so eviction is exact to a tenth)."""
 
-    window_size: int | float | dt.timedelta = 20
+    window_size: int | float | dt.timedelta = 50
     """Calls (count window, an integer >= 1) or seconds (time window, > 0)."""
 
     failure_rate_threshold: float = 0.5
     """Open when counted failures / calls in the window reach this, in (0, 1]."""
 
-    minimum_calls: int = 5
-    """Calls the window must hold before a rate is judged at all."""
+    minimum_calls: int = 30
+    """Calls the window must hold before a rate is judged at all (why 30: above)."""
 
     open_duration: float | dt.timedelta = 60.0
     """How long an open breaker fails fast before it lets probes through."""

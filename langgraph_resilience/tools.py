@@ -118,6 +118,15 @@ _DUE_TOLERANCE = 1e-3
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class _BreakerReport:
+    """A failed attempt's outcome for its breaker, reported once the call settles."""
+
+    key: str
+    outcome: FailureClass
+    duration: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Raised:
     """Carries a tool's exception out of ToolNode's wrapper to the node, never further."""
 
@@ -125,6 +134,9 @@ class _Raised:
     executed: bool = True
     """False when the call was refused before reaching the tool (open breaker, full
     bulkhead): it spends no attempt."""
+    unreported: _BreakerReport | None = None
+    """The failure the breaker has not heard of yet: a breaker counts logical calls, so
+    an attempt that is retried on the same tool is not reported."""
 
 
 _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -437,6 +449,10 @@ class _Step:
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     """Loop-guard corrections: a failure handed back leaves `seen` for `failed`."""
     failed: dict[str, int] = dataclasses.field(default_factory=dict)
+    unreported: dict[str, _BreakerReport] = dataclasses.field(default_factory=dict)
+    """Per call id: this step's failed attempt, not yet told to its breaker."""
+    reports: list[_BreakerReport] = dataclasses.field(default_factory=list)
+    """Failures of calls that left their tool in this step: one per logical call."""
 
     def count(self, kind: str) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
@@ -480,6 +496,7 @@ class GuardedToolNode:
         self.can_replan = can_replan
         self.can_escalate = can_escalate
         self.breaker = breaker
+        self._counted = breaker.counted_classes if breaker is not None else frozenset()
         self.breaker_store: BreakerStore = breaker_store or InMemoryBreakerStore()
         self.retry_budget = retry_budget
         self.retry_budget_store = retry_budget_store or (
@@ -931,9 +948,12 @@ class GuardedToolNode:
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
-            self._report(admitted, call, self._failed(call, exc, step_gone))
-            return self._raised(call, exc)
-        self._report(admitted, call, None)
+            outcome = self._failed(call, exc, step_gone)
+            if admitted is not None and admitted.probe:  # a probe decides at once
+                self._report(admitted, outcome)
+                return self._raised(call, exc)
+            return self._raised(call, exc, unreported=self._unreported(admitted, outcome))
+        self._report(admitted, None)
         return result
 
     async def _awrap(
@@ -969,9 +989,12 @@ class GuardedToolNode:
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
-            await self._areport(admitted, call, self._failed(call, exc, step_gone))
-            return self._raised(call, exc)
-        await self._areport(admitted, call, None)
+            outcome = self._failed(call, exc, step_gone)
+            if admitted is not None and admitted.probe:  # a probe decides at once
+                await self._areport(admitted, outcome)
+                return self._raised(call, exc)
+            return self._raised(call, exc, unreported=self._unreported(admitted, outcome))
+        await self._areport(admitted, None)
         return result
 
     def _failed(
@@ -984,9 +1007,14 @@ class GuardedToolNode:
             step_gone.add(call["name"])
         return failure.failure_class
 
-    def _report(
-        self, admitted: _Admitted | None, call: ToolCall, outcome: FailureClass | None
-    ) -> None:
+    def _unreported(
+        self, admitted: _Admitted | None, outcome: FailureClass
+    ) -> _BreakerReport | None:
+        if admitted is None or outcome not in self._counted:
+            return None
+        return _BreakerReport(admitted.key, outcome, self.clock.monotonic() - admitted.started)
+
+    def _report(self, admitted: _Admitted | None, outcome: FailureClass | None) -> None:
         if admitted is None or self.breaker is None:
             return
         self.breaker_store.record(
@@ -998,9 +1026,7 @@ class GuardedToolNode:
             duration=self.clock.monotonic() - admitted.started,
         )
 
-    async def _areport(
-        self, admitted: _Admitted | None, call: ToolCall, outcome: FailureClass | None
-    ) -> None:
+    async def _areport(self, admitted: _Admitted | None, outcome: FailureClass | None) -> None:
         if admitted is None or self.breaker is None:
             return
         await self.breaker_store.arecord(
@@ -1012,14 +1038,47 @@ class GuardedToolNode:
             duration=self.clock.monotonic() - admitted.started,
         )
 
+    def _report_settled(self, reports: Sequence[_BreakerReport]) -> None:
+        """Tell the breakers about the calls that left their tool failed in this step."""
+        if self.breaker is None:
+            return
+        for report in reports:
+            self.breaker_store.record(
+                report.key,
+                self.breaker,
+                self.clock.time(),
+                report.outcome,
+                probe=False,
+                duration=report.duration,
+            )
+
+    async def _areport_settled(self, reports: Sequence[_BreakerReport]) -> None:
+        if self.breaker is None:
+            return
+        for report in reports:
+            await self.breaker_store.arecord(
+                report.key,
+                self.breaker,
+                self.clock.time(),
+                report.outcome,
+                probe=False,
+                duration=report.duration,
+            )
+
     @staticmethod
-    def _raised(call: ToolCall, exc: BaseException, *, executed: bool = True) -> ToolMessage:
+    def _raised(
+        call: ToolCall,
+        exc: BaseException,
+        *,
+        executed: bool = True,
+        unreported: _BreakerReport | None = None,
+    ) -> ToolMessage:
         return ToolMessage(
             content="",
             name=call["name"],
             tool_call_id=call["id"] or "",
             status="error",
-            artifact=_Raised(exc, executed),
+            artifact=_Raised(exc, executed, unreported),
         )
 
     # -------------------------------------------------------------- the step
@@ -1258,7 +1317,7 @@ class GuardedToolNode:
             approved=frozenset(batch.approved),
         )
 
-    def _finish(self, state: Any, batch: _Batch, output: Any) -> Any:
+    def _finish(self, state: Any, batch: _Batch, output: Any) -> tuple[Any, list[_BreakerReport]]:
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
         results, commands = _split_output(output, self.messages_key)
@@ -1300,6 +1359,8 @@ class GuardedToolNode:
                     self._deposit(call["name"], batch.now)
             raised = message.artifact if message is not None else None
             if isinstance(raised, _Raised):
+                if raised.unreported is not None:
+                    step.unreported[call_id] = raised.unreported
                 self._settle_failure(step, slot, call, record, raised.error, now=batch.now)
                 continue
             partial = self._partial(call, message)
@@ -1345,9 +1406,7 @@ class GuardedToolNode:
         if step.gone:
             delta["gone"] = step.gone
         update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}
-        if commands:
-            return [*commands, update]
-        return update
+        return ([*commands, update] if commands else update), step.reports
 
     def _settle_failure(
         self,
@@ -1418,6 +1477,9 @@ class GuardedToolNode:
         )
         if decision.route == "retry" and not self._withdraw(call["name"], now):
             decision = Decision("agent", exhausted="retry_budget")
+        unreported = step.unreported.pop(call["id"] or "", None)
+        if unreported is not None and decision.route != "retry":
+            step.reports.append(unreported)  # the call leaves this tool: one outcome
         if self._fall_back(step, slot, record, error, decision):
             return
         self._carry_out(step, slot, record, error, decision, now=now)
@@ -1747,7 +1809,9 @@ class GuardedToolNode:
                 output = self._tool_node.invoke(self._input(state, batch), config)
             finally:
                 _STEP.reset(token)
-        return self._finish(state, batch, output)
+        update, reports = self._finish(state, batch, output)
+        self._report_settled(reports)
+        return update
 
     async def arun(self, state: Any, config: RunnableConfig) -> Any:
         """Async body of the node."""
@@ -1761,7 +1825,9 @@ class GuardedToolNode:
                 output = await self._tool_node.ainvoke(self._input(state, batch), config)
             finally:
                 _STEP.reset(token)
-        return self._finish(state, batch, output)
+        update, reports = self._finish(state, batch, output)
+        await self._areport_settled(reports)
+        return update
 
 
 def _summed(counts: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:

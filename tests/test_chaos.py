@@ -334,9 +334,10 @@ def test_a_tools_faults_do_not_depend_on_other_tools() -> None:
 
 
 def test_shadow_breaker_counts_calls_a_breaker_would_refuse() -> None:
-    """With the default BreakerConfig (5 calls, 50%), calls after the 5th failure count."""
+    """With a 5-call, 50% BreakerConfig, calls after the 5th failure count."""
+    five = BreakerConfig(minimum_calls=5, window_size=20)
     [lookup, _] = inject(
-        make_tools(Ledger()), FaultPlan.of(persistent("http_503")), 1, breaker=BreakerConfig()
+        make_tools(Ledger()), FaultPlan.of(persistent("http_503")), 1, breaker=five
     )
     assert isinstance(lookup, ChaosTool)
     for _ in range(7):

@@ -232,14 +232,14 @@ def test_demo_recovers_or_escalates_every_failure_class(scenarios: Futures) -> N
         ("transient", "retry"),
         ("semantic", "repair"),
         ("semantic", "coercion"),
-        ("structural", "fallback"),
+        ("transient", "fallback"),
         ("structural", "replan"),
         ("policy", "escalation"),
         ("unknown", "reconcile"),
     }
     calls = {call["call_id"]: call for call in summary["calls"]}
     assert calls["call_lookup"]["backoff_s"] == 2.0  # Retry-After: 2 honoured
-    assert calls["call_stock"]["classes"] == ["transient", "transient", "structural"]
+    assert calls["call_stock"]["classes"] == ["transient", "transient", "transient"]
     assert calls["call_policy"]["llm_calls"] == 1
     assert calls["call_credit"]["ok"] is False  # declined: the non-interactive default
     assert all(c["ok"] for c in summary["calls"] if c["call_id"] != "call_credit")

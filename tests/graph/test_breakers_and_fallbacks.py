@@ -45,7 +45,8 @@ def search_v3(q: str) -> str:
     return f"v3 results for {q}"
 
 
-TRIPPY = BreakerConfig(minimum_calls=3, window_size=5, failure_rate_threshold=0.5, open_duration=30)
+TRIPPY = BreakerConfig(minimum_calls=1, window_size=1, open_duration=30)
+"""Opens once a tool's last call failed; a call counts once, after its own retries."""
 
 
 def tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
@@ -53,8 +54,8 @@ def tool_messages(state: dict[str, Any]) -> list[ToolMessage]:
 
 
 def test_open_breaker_stops_calls_across_threads_and_a_probe_closes_it(runner: Runner) -> None:
-    """503 forever trips the breaker; other threads never reach the tool; v2 serves; a probe
-    after open_duration finds v1 healthy and closes the breaker."""
+    """503 on every attempt: the call fails and trips the breaker; other threads never reach
+    the tool; v2 serves; a probe after open_duration finds v1 healthy and closes it."""
     v1 = FaultyTool(search, [Fault.status(503)] * 3)
     v2 = FaultyTool(search_v2)
     store = InMemoryBreakerStore()
@@ -85,6 +86,25 @@ def test_open_breaker_stops_calls_across_threads_and_a_probe_closes_it(runner: R
     assert tool_messages(third)[-1].content == "v1 results for lamps"
     assert store.snapshot("search").status_at(TRIPPY, clock.time()) == "closed"
     assert v2.executions == 2
+
+
+def test_a_calls_own_recovered_retries_never_open_its_breaker(runner: Runner) -> None:
+    """503, 503, then success: one call that succeeded, so even a breaker that opens on a
+    single failed call stays closed, and the next threads use the tool."""
+    v1 = FaultyTool(search, [Fault.status(503), Fault.status(503)])
+    store = InMemoryBreakerStore()
+    clock = FakeClock()
+    turn = [tool_calls(("search", {"query": "x"})), text("ok")]
+    h = build_graph(
+        [v1], turn * 2, clock=clock, options={"breaker": TRIPPY, "breaker_store": store}
+    )
+    runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+    assert store.snapshot("search").status_at(TRIPPY, clock.time()) == "closed"
+
+    out = runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+
+    assert v1.calls == 4
+    assert tool_messages(out)[-1].content == "v1 results for x"
 
 
 def test_open_breaker_without_fallback_is_structural_with_retry_after(runner: Runner) -> None:

@@ -71,8 +71,8 @@ def opened(cfg: BreakerConfig, now: float = 0.0) -> BreakerState:
 def test_defaults_are_documented_values() -> None:
     """The defaults are the ones the docstring's table compares with resilience4j."""
     cfg = BreakerConfig()
-    assert (cfg.window, cfg.window_size, cfg.failure_rate_threshold) == ("count", 20, 0.5)
-    assert (cfg.minimum_calls, cfg.open_duration, cfg.half_open_max_calls) == (5, 60.0, 1)
+    assert (cfg.window, cfg.window_size, cfg.failure_rate_threshold) == ("count", 50, 0.5)
+    assert (cfg.minimum_calls, cfg.open_duration, cfg.half_open_max_calls) == (30, 60.0, 1)
     assert cfg.slow_call_threshold is None
     assert cfg.counted_classes == frozenset({T, ST})
 
@@ -271,11 +271,11 @@ def test_slow_calls_do_not_count_without_a_threshold() -> None:
 
 def test_changed_window_config_starts_a_fresh_window() -> None:
     """A stored window built for another window size is replaced, not misread."""
-    state, _ = run(BreakerState(), BreakerConfig(window_size=10), 0.0, T, T, T, T)
-    state, _ = record(state, BreakerConfig(window_size=20), 0.0, T)
+    state, _ = run(BreakerState(), BreakerConfig(window_size=10, minimum_calls=5), 0.0, T, T, T, T)
+    state, _ = record(state, BreakerConfig(window_size=20, minimum_calls=5), 0.0, T)
     assert isinstance(state.window, CountWindow)
     assert (state.window.size, state.window.calls) == (20, 1)
-    state, _ = record(state, BreakerConfig(window="time", window_size=20), 0.0, T)
+    state, _ = record(state, BreakerConfig(window="time", window_size=20, minimum_calls=5), 0.0, T)
     assert isinstance(state.window, TimeWindow)
 
 
