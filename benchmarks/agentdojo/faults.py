@@ -1,0 +1,112 @@
+"""The fault model: which tool attempt fails, how, and the real httpx error it raises.
+
+Why this module exists: a comparison between frameworks is only fair if every
+contender meets the same faults. Faults are drawn per tool *attempt* (one
+invocation of the wrapped AgentDojo function), and the draw is a pure function of
+``(seed, suite, task, function, canonical arguments, attempt number)``: those are
+hashed (SHA-256) into the seed of a `random.Random`, which decides whether the
+attempt fails (probability `Mix.rate`) and with which kind (the mix's weights).
+So the n-th attempt of the same call in the same task meets the same fault in
+every contender, however differently the contenders got there, and the draw does
+not depend on how many other calls a contender made before. Both default mixes
+use the same first draw for "does it fail", so they fault the same attempts
+(common random numbers) and differ only in the kind.
+
+Kinds:
+
+- ``http_429``: ``httpx.HTTPStatusError`` on a 429 response with ``Retry-After: 1``;
+- ``http_503``: ``httpx.HTTPStatusError`` on a 503 response;
+- ``connect_timeout``: ``httpx.ConnectTimeout``, raised *before sending*: the
+  function does not run;
+- ``commit_timeout``: the function runs and mutates the environment, *then*
+  ``httpx.ReadTimeout`` (the effect committed, the response was lost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+from collections.abc import Mapping
+
+import httpx
+
+KINDS = ("http_429", "http_503", "connect_timeout", "commit_timeout")
+BEFORE_EXECUTION = frozenset({"http_429", "http_503", "connect_timeout"})
+"""Kinds that fail before the function runs; ``commit_timeout`` fails after."""
+
+RATE = 0.15
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mix:
+    """A fault mix: the per-attempt failure probability and the kinds' weights."""
+
+    name: str
+    rate: float
+    weights: Mapping[str, float]
+    description: str
+
+    def draw(
+        self, *, seed: int, suite: str, task: str, function: str, key: str, attempt: int
+    ) -> str | None:
+        """The fault of this attempt (None: it succeeds). Deterministic; see the module."""
+        if self.rate <= 0 or not self.weights:
+            return None
+        material = f"{seed}\x1f{suite}\x1f{task}\x1f{function}\x1f{key}\x1f{attempt}"
+        rng = random.Random(hashlib.sha256(material.encode()).digest())
+        if rng.random() >= self.rate:
+            return None
+        kinds = list(self.weights)
+        return rng.choices(kinds, weights=[self.weights[k] for k in kinds])[0]
+
+
+MIXES: Mapping[str, Mix] = {
+    m.name: m
+    for m in (
+        Mix(
+            "transient+commit",
+            RATE,
+            {"http_429": 1, "http_503": 1, "connect_timeout": 1, "commit_timeout": 3},
+            "e=0.15 per attempt; 429 (Retry-After: 1), 503, connect timeout, "
+            "timeout after commit, 1:1:1:3",
+        ),
+        Mix(
+            "transient",
+            RATE,
+            {"http_429": 1, "http_503": 1, "connect_timeout": 1},
+            "e=0.15 per attempt; 429 (Retry-After: 1), 503, connect timeout, 1:1:1",
+        ),
+        Mix("clean", 0.0, {}, "no faults (validates the replay model and the grading)"),
+        Mix(
+            "commit",
+            RATE,
+            {"commit_timeout": 1},
+            "e=0.15 per attempt; timeout after commit only",
+        ),
+    )
+}
+DEFAULT_MIXES: tuple[str, ...] = ("transient+commit", "transient")
+
+
+def make_error(kind: str, *, suite: str, function: str) -> Exception:
+    """The exception a real HTTP client would raise for this fault."""
+    request = httpx.Request("POST", f"https://{suite}.agentdojo.test/v1/{function}")
+    if kind == "http_429":
+        response = httpx.Response(429, headers={"Retry-After": "1"}, request=request)
+    elif kind == "http_503":
+        response = httpx.Response(503, request=request)
+    elif kind == "connect_timeout":
+        return httpx.ConnectTimeout("timed out while connecting", request=request)
+    elif kind == "commit_timeout":
+        return httpx.ReadTimeout("timed out while reading the response", request=request)
+    else:
+        raise ValueError(f"unknown fault kind {kind!r}")
+    phrase = response.reason_phrase
+    return httpx.HTTPStatusError(
+        f"Server error '{response.status_code} {phrase}' for url '{request.url}'"
+        if response.status_code >= 500
+        else f"Client error '{response.status_code} {phrase}' for url '{request.url}'",
+        request=request,
+        response=response,
+    )

@@ -1,0 +1,172 @@
+"""A chat model that replays AgentDojo's reference calls, reacting to errors like a model.
+
+Why this module exists: no real LLM is available (or wanted: its noise would drown
+the framework differences). `ReplayChatModel` is a real langchain-core
+``BaseChatModel`` with ``bind_tools``, so every contender drives it exactly as it
+would drive a provider's model. Each reply is a pure function of the messages it
+is given:
+
+- The current task is the one whose prompt is the last ``HumanMessage`` (prompts
+  are unique within a suite); only the messages after it count.
+- It walks its own earlier ``AIMessage``s after that prompt, pairing each with the
+  ``ToolMessage`` that answered it (the first one after it with the same
+  ``tool_call_id``, else the first one after it: per-message ids repeat). A call
+  answered with ``status="error"`` (or not answered) is re-issued **once** under a
+  new tool-call id, then the model moves on to the next reference call, as a real
+  model re-issues a failed call before giving up on it.
+- One tool call per ``AIMessage``. When every reference call has been issued, it
+  answers with the task's ``GROUND_TRUTH_OUTPUT`` (or ``"Done."`` when AgentDojo
+  defines none: those tasks grade the environment only), so the utility checks
+  that read the model's output can pass. If a call failed on both tries, the
+  model could not have learnt what that answer needs, so it says which calls
+  failed instead of giving the reference answer.
+
+Two id styles: ``"unique"`` (``call_<uuid4 hex>``, as OpenAI and Anthropic do) and
+``"per_message"`` (``call_0`` in every message, as several providers and local
+model servers do).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from pydantic import ConfigDict, PrivateAttr
+
+from .suites import TaskSpec
+
+IdStyle = Literal["unique", "per_message"]
+ID_STYLES: tuple[IdStyle, ...] = ("unique", "per_message")
+FALLBACK_OUTPUT = "Done."
+
+
+class HarnessError(RuntimeError):
+    """The replay model was asked something the harness never sets up."""
+
+
+def text_of(message: BaseMessage) -> str:
+    """A message's text, whether its content is a string or content blocks."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content)
+
+
+def _answer(messages: Sequence[BaseMessage], index: int, call_id: str) -> ToolMessage | None:
+    """The ToolMessage answering the call of ``messages[index]``, if any."""
+    answers: list[ToolMessage] = []
+    for message in messages[index + 1 :]:
+        if isinstance(message, AIMessage | HumanMessage):
+            break
+        if isinstance(message, ToolMessage):
+            answers.append(message)
+    for message in answers:
+        if message.tool_call_id == call_id:
+            return message
+    return answers[0] if answers else None
+
+
+def next_step(messages: Sequence[BaseMessage], start: int) -> tuple[int, list[int]]:
+    """(index of the next reference call to issue; reference calls that failed on both
+    tries), from the history after the prompt at ``messages[start]``."""
+    position, retrying, failed = 0, False, []
+    for index in range(start + 1, len(messages)):
+        message = messages[index]
+        if not isinstance(message, AIMessage) or not message.tool_calls:
+            continue
+        answer = _answer(messages, index, message.tool_calls[0]["id"] or "")
+        error = answer is None or answer.status == "error"
+        if error and not retrying:
+            retrying = True  # re-issue this reference call once
+            continue
+        if error:
+            failed.append(position)
+        position, retrying = position + 1, False
+    return position, failed
+
+
+class ReplayChatModel(BaseChatModel):
+    """Issues the current task's next reference call; see the module docstring."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    tasks: Mapping[str, TaskSpec]
+    """The suite's tasks, by prompt."""
+    id_style: IdStyle = "unique"
+    clock: Any = None
+    """A `FakeClock` to advance by `seconds_per_call` on each call (default: none)."""
+    seconds_per_call: float = 0.0
+    """Virtual time one call takes (``--llm-seconds``; 0: time moves only with backoff)."""
+
+    _calls: int = PrivateAttr(default=0)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def calls(self) -> int:
+        """Invocations so far (every ``_generate``)."""
+        return self._calls
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentdojo-replay"
+
+    def bind_tools(
+        self, tools: Sequence[Any], *, tool_choice: Any = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        names = [t["function"]["name"] if isinstance(t, dict) else t.name for t in tools]
+        return self.bind(tool_names=names, **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        with self._lock:
+            self._calls += 1
+        if self.clock is not None and self.seconds_per_call > 0:
+            self.clock.advance(self.seconds_per_call)
+        return ChatResult(generations=[ChatGeneration(message=self.reply(messages, kwargs))])
+
+    def current_task(self, messages: Sequence[BaseMessage]) -> tuple[int, TaskSpec]:
+        """The index of the last HumanMessage that is a task's prompt, and that task."""
+        for index in range(len(messages) - 1, -1, -1):
+            if isinstance(messages[index], HumanMessage):
+                spec = self.tasks.get(text_of(messages[index]))
+                if spec is not None:
+                    return index, spec
+        raise HarnessError("the replay model needs a HumanMessage with a task's prompt")
+
+    def reply(self, messages: Sequence[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
+        start, spec = self.current_task(messages)
+        position, failed = next_step(messages, start)
+        if position >= len(spec.calls):
+            if failed:
+                names = ", ".join(spec.calls[i].function for i in failed)
+                return AIMessage(content=f"I could not complete the request: {names} failed.")
+            return AIMessage(content=spec.output or FALLBACK_OUTPUT)
+        call = spec.calls[position]
+        bound = kwargs.get("tool_names")
+        if bound is not None and call.function not in bound:
+            raise HarnessError(f"{call.function} is not among the bound tools")
+        call_id = "call_0" if self.id_style == "per_message" else f"call_{uuid.uuid4().hex}"
+        return AIMessage(
+            content="",
+            tool_calls=[
+                {
+                    "name": call.function,
+                    "args": copy.deepcopy(dict(call.args)),
+                    "id": call_id,
+                    "type": "tool_call",
+                }
+            ],
+        )

@@ -1,0 +1,123 @@
+"""AgentDojo's functions as LangChain tools over a mutable environment, with faults.
+
+Why this module exists: the contenders are LangGraph/LangChain agents, so they need
+``BaseTool``s; the tasks are AgentDojo's, so the tools must run AgentDojo's real
+functions on AgentDojo's real environment. A `Sandbox` holds the environment of
+the task being run (replaced by a fresh copy before each task), draws each
+attempt's fault from the `Mix`, and logs every attempt as an `Attempt`, from
+which the runner counts duplicates, missed calls and tool executions.
+
+Each tool is a ``StructuredTool`` whose schema is the function's own
+``parameters`` model; it calls ``FunctionsRuntime.run_function(...,
+raise_on_error=True)``, which validates the arguments and injects the
+environment dependencies exactly as AgentDojo's own pipeline does. A function's
+own error (e.g. deleting a file that is gone) is raised as is; results are
+rendered with AgentDojo's ``tool_result_to_str`` (YAML), as its pipeline shows
+them to a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from typing import Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+
+from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
+from agentdojo.functions_runtime import Function, TaskEnvironment
+
+from .faults import BEFORE_EXECUTION, Mix, make_error
+from .suites import Suite, canonical_key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attempt:
+    """One invocation of a wrapped function."""
+
+    function: str
+    key: str
+    number: int
+    """1 for the first attempt of this call (function + arguments) in the task."""
+    fault: str | None
+    ran: bool
+    """The function body ran to completion (its effect, if any, is committed)."""
+    delivered: bool
+    """Its result reached the caller (no fault, no error of its own)."""
+    error: str | None = None
+    """The function's own exception, if it raised one."""
+
+
+class Sandbox:
+    """The environment and fault source for one contender's conversation."""
+
+    def __init__(self, suite: Suite, mix: Mix, seed: int) -> None:
+        self.suite = suite
+        self.mix = mix
+        self.seed = seed
+        self.runtime = suite.runtime
+        self.env: TaskEnvironment | None = None
+        self.task_id = ""
+        self.attempts: list[Attempt] = []
+        self._numbers: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def start_task(self, task_id: str, env: TaskEnvironment) -> None:
+        """Install the task's fresh environment; attempt numbers restart at 1."""
+        with self._lock:
+            self.task_id = task_id
+            self.env = env
+            self.attempts = []
+            self._numbers.clear()
+
+    def call(self, function: Function[Any, Any], args: dict[str, Any]) -> str:
+        key = canonical_key(function, args)
+        with self._lock:
+            self._numbers[function.name, key] += 1
+            number = self._numbers[function.name, key]
+            env = self.env
+        fault = self.mix.draw(
+            seed=self.seed,
+            suite=self.suite.name,
+            task=self.task_id,
+            function=function.name,
+            key=key,
+            attempt=number,
+        )
+        if fault in BEFORE_EXECUTION:
+            self._log(Attempt(function.name, key, number, fault, ran=False, delivered=False))
+            raise make_error(fault, suite=self.suite.name, function=function.name)
+        try:
+            result, _ = self.runtime.run_function(env, function.name, args, raise_on_error=True)
+        except Exception as exc:
+            self._log(
+                Attempt(function.name, key, number, fault, False, False, f"{type(exc).__name__}")
+            )
+            raise
+        if fault is not None:  # commit_timeout: the effect is in the environment
+            self._log(Attempt(function.name, key, number, fault, ran=True, delivered=False))
+            raise make_error(fault, suite=self.suite.name, function=function.name)
+        self._log(Attempt(function.name, key, number, None, ran=True, delivered=True))
+        return tool_result_to_str(result)
+
+    def _log(self, attempt: Attempt) -> None:
+        with self._lock:
+            self.attempts.append(attempt)
+
+
+def make_tools(sandbox: Sandbox) -> list[BaseTool]:
+    """One ``StructuredTool`` per function of the suite, bound to `sandbox`."""
+
+    def wrap(function: Function[Any, Any]) -> BaseTool:
+        def run(**kwargs: Any) -> str:
+            return sandbox.call(function, kwargs)
+
+        return StructuredTool(
+            name=function.name,
+            description=function.description,
+            args_schema=function.parameters,
+            func=run,
+        )
+
+    return [wrap(f) for f in sandbox.suite.functions.values()]
