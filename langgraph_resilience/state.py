@@ -110,6 +110,8 @@ class CallRecord(TypedDict):
     """A human answered retry/edit: an effect of unknown outcome may run again."""
     loop_key: NotRequired[str]
     """The key the loop guard counted when the agent issued the call."""
+    effect_key: NotRequired[str]
+    """A side effect's idempotency key (set once one of its attempts failed)."""
 
 
 class TaskLedger(TypedDict, total=False):
@@ -157,6 +159,10 @@ class Ledger(TypedDict, total=False):
     gone: dict[str, float]
     """Tools that answered STRUCTURAL when executed (404/410, contract gone), with the
     wall-clock time of the latest such answer: `policy.structural_memory` applies."""
+    informed: dict[str, str]
+    """Side effects of unknown outcome the agent was told of: idempotency key -> task.
+    In a later task the same effect asked for anew is not blocked by them (a new
+    human request is informed, not a blind re-issue); in the same task it is."""
     rev: int
     """Set on every merged (whole) ledger, never on a delta: a whole ledger written
     back (a subgraph's output) replaces an older one instead of adding to it."""
@@ -188,6 +194,7 @@ def empty_ledger() -> Ledger:
         "replans": 0,
         "plan": None,
         "gone": {},
+        "informed": {},
         "rev": 0,
     }
 
@@ -234,6 +241,8 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
         merged["task"] = _merge_task(merged["task"], update["task"])
     if update.get("events"):
         merged["events"] = _added(merged["events"], update["events"])
+    if update.get("informed"):
+        merged["informed"] = {**merged["informed"], **update["informed"]}
     if update.get("gone"):
         gone = dict(merged["gone"])
         for tool, at in update["gone"].items():

@@ -137,6 +137,9 @@ class _Raised:
     unreported: _BreakerReport | None = None
     """The failure the breaker has not heard of yet: a breaker counts logical calls, so
     an attempt that is retried on the same tool is not reported."""
+    effect_key: str | None = None
+    """A side effect's idempotency key, to remember once the agent is told its
+    outcome is unknown."""
 
 
 _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -210,6 +213,8 @@ class _Effect:
     """False once the call's attempts are spent: a reconcile may only ask status_check."""
     approved: bool = False
     """A human answered retry/edit: an unknown earlier outcome does not block it."""
+    told_before: frozenset[str] = frozenset()
+    """Keys of unknown effects told to the agent in an earlier task (`_InStep`)."""
 
 
 def _effect_status(value: Any) -> EffectStatus:
@@ -291,8 +296,9 @@ _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, _NotDoneError)
 
 
 def _siblings(found: Sequence[IdempotencyRecord], effect: _Effect) -> list[IdempotencyRecord]:
-    """Unresolved intents of the same effect asked for by other calls (not this key)."""
-    return [record for record in found if record.key != effect.key]
+    """Unresolved intents of the same effect asked for by other calls (not this key), but
+    for those the agent was told of in an earlier task: the user asked anew since."""
+    return [r for r in found if r.key != effect.key and r.key not in effect.told_before]
 
 
 def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> None:
@@ -375,6 +381,9 @@ class _InStep:
     """Call ids whose attempts are spent: a reconcile may only ask status_check."""
     approved: frozenset[str] = frozenset()
     """Call ids a human told to run again despite an unknown earlier outcome."""
+    told_before: frozenset[str] = frozenset()
+    """Idempotency keys of unknown effects the agent was told of in an earlier task: a
+    new human request for the same effect is informed, not a blind re-issue."""
 
 
 _STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
@@ -430,6 +439,8 @@ class _Batch:
     """Redone batch calls: the item keys of their first run."""
     spent: set[str] = dataclasses.field(default_factory=set)
     approved: set[str] = dataclasses.field(default_factory=set)
+    informed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The ledger's unknown effects the agent was told of, by key -> task."""
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     recent: list[str] = dataclasses.field(default_factory=list)
 
@@ -453,6 +464,8 @@ class _Step:
     """Per call id: this step's failed attempt, not yet told to its breaker."""
     reports: list[_BreakerReport] = dataclasses.field(default_factory=list)
     """Failures of calls that left their tool in this step: one per logical call."""
+    informed: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Effects of unknown outcome the agent was told of in this step, by key -> task."""
 
     def count(self, kind: str) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
@@ -653,6 +666,7 @@ class GuardedToolNode:
             effect_fingerprint(call["name"], args, thread_id=thread_id, noise_fields=noise),
             may_execute=in_step is None or call_id not in in_step.spent,
             approved=in_step is not None and call_id in in_step.approved,
+            told_before=in_step.told_before if in_step is not None else frozenset(),
         )
 
     def _effect_flow(
@@ -743,10 +757,13 @@ class GuardedToolNode:
         return None
 
     def _once(
-        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+        self,
+        call: ToolCall,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Any],
+        effect: _Effect | None,
     ) -> ToolMessage | Command[Any]:
         """Run a side effect at most once per effect (see `_effect_flow`)."""
-        effect = self._effect(call, request)
         store = self.idempotency
         if effect is None or store is None:
             return self._run(call, request, execute)
@@ -805,11 +822,14 @@ class GuardedToolNode:
                         _note_item_keys(reply, keys)
 
     async def _aonce(
-        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+        self,
+        call: ToolCall,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Any],
+        effect: _Effect | None,
     ) -> ToolMessage | Command[Any]:
         """Async `_once`: the same flow on the store's async methods (a sync
         status_check runs as is)."""
-        effect = self._effect(call, request)
         store = self.idempotency
         if effect is None or store is None:
             return await self._arun(call, request, execute)
@@ -934,7 +954,8 @@ class GuardedToolNode:
                 return self._refused(call, key, admission.retry_after)
             admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
-            result = self._checked(call, self._once(call, request, execute))
+            effect = self._effect(call, request)
+            result = self._checked(call, self._once(call, request, execute, effect))
         except ConfigurationError:
             raise  # our own misconfiguration is never the tool's failure
         except (GraphBubbleUp, *_NOT_EXECUTED) as exc:
@@ -943,7 +964,7 @@ class GuardedToolNode:
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
                 )
             if isinstance(exc, _NOT_EXECUTED):
-                return self._raised(call, exc, executed=False)
+                return self._raised(call, exc, executed=False, effect=effect)
             raise
         except Exception as exc:
             if is_invalid_resume(exc):
@@ -951,8 +972,9 @@ class GuardedToolNode:
             outcome = self._failed(call, exc, step_gone)
             if admitted is not None and admitted.probe:  # a probe decides at once
                 self._report(admitted, outcome)
-                return self._raised(call, exc)
-            return self._raised(call, exc, unreported=self._unreported(admitted, outcome))
+                return self._raised(call, exc, effect=effect)
+            unreported = self._unreported(admitted, outcome)
+            return self._raised(call, exc, unreported=unreported, effect=effect)
         self._report(admitted, None)
         return result
 
@@ -975,7 +997,8 @@ class GuardedToolNode:
                 return self._refused(call, key, admission.retry_after)
             admitted = _Admitted(key, admission.probe, self.clock.monotonic())
         try:
-            result = self._checked(call, await self._aonce(call, request, execute))
+            effect = self._effect(call, request)
+            result = self._checked(call, await self._aonce(call, request, execute, effect))
         except ConfigurationError:
             raise  # our own misconfiguration is never the tool's failure
         except (GraphBubbleUp, *_NOT_EXECUTED) as exc:
@@ -984,7 +1007,7 @@ class GuardedToolNode:
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
                 )
             if isinstance(exc, _NOT_EXECUTED):
-                return self._raised(call, exc, executed=False)
+                return self._raised(call, exc, executed=False, effect=effect)
             raise
         except Exception as exc:
             if is_invalid_resume(exc):
@@ -992,8 +1015,9 @@ class GuardedToolNode:
             outcome = self._failed(call, exc, step_gone)
             if admitted is not None and admitted.probe:  # a probe decides at once
                 await self._areport(admitted, outcome)
-                return self._raised(call, exc)
-            return self._raised(call, exc, unreported=self._unreported(admitted, outcome))
+                return self._raised(call, exc, effect=effect)
+            unreported = self._unreported(admitted, outcome)
+            return self._raised(call, exc, unreported=unreported, effect=effect)
         await self._areport(admitted, None)
         return result
 
@@ -1072,13 +1096,14 @@ class GuardedToolNode:
         *,
         executed: bool = True,
         unreported: _BreakerReport | None = None,
+        effect: _Effect | None = None,
     ) -> ToolMessage:
         return ToolMessage(
             content="",
             name=call["name"],
             tool_call_id=call["id"] or "",
             status="error",
-            artifact=_Raised(exc, executed, unreported),
+            artifact=_Raised(exc, executed, unreported, effect.key if effect else None),
         )
 
     # -------------------------------------------------------------- the step
@@ -1253,7 +1278,13 @@ class GuardedToolNode:
         ledger = read_ledger(state)
         calls = ledger.get("calls") or {}
         task = task_view(ledger, current_task(messages))
-        batch = _Batch(ai_index=ai_index, ai=ai, now=self.clock.time(), task=task)
+        batch = _Batch(
+            ai_index=ai_index,
+            ai=ai,
+            now=self.clock.time(),
+            task=task,
+            informed=ledger.get("informed") or {},
+        )
         answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
         repaired_invalid = self._invalid_calls(batch, answered, calls)
         budget_left = self.policy.max_tool_attempts - int(task.get("tool_attempts") or 0)
@@ -1315,6 +1346,9 @@ class GuardedToolNode:
             batch.slots,
             spent=frozenset(batch.spent),
             approved=frozenset(batch.approved),
+            told_before=frozenset(
+                key for key, task in batch.informed.items() if task != batch.task.get("id", "")
+            ),
         )
 
     def _finish(self, state: Any, batch: _Batch, output: Any) -> tuple[Any, list[_BreakerReport]]:
@@ -1361,6 +1395,8 @@ class GuardedToolNode:
             if isinstance(raised, _Raised):
                 if raised.unreported is not None:
                     step.unreported[call_id] = raised.unreported
+                if raised.effect_key is not None:
+                    record["effect_key"] = raised.effect_key
                 self._settle_failure(step, slot, call, record, raised.error, now=batch.now)
                 continue
             partial = self._partial(call, message)
@@ -1405,6 +1441,8 @@ class GuardedToolNode:
         }
         if step.gone:
             delta["gone"] = step.gone
+        if step.informed:
+            delta["informed"] = step.informed
         update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}
         return ([*commands, update] if commands else update), step.reports
 
@@ -1703,6 +1741,9 @@ class GuardedToolNode:
             if loop_key:  # the agent may re-issue a call whose failure it was handed
                 step.seen[loop_key] = step.seen.get(loop_key, 0) - 1
                 step.failed[loop_key] = step.failed.get(loop_key, 0) + 1
+            unknown = error.context.get("idempotency_key") or record.get("effect_key")
+            if error.failure_class is FailureClass.UNKNOWN and unknown:
+                step.informed[str(unknown)] = str(step.task.get("id", ""))
             step.messages.append(error_message(error, exhausted=decision.exhausted))
 
     def _end_waits_past_budget(self, step: _Step, state: Any, now: float) -> None:

@@ -14,12 +14,15 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_resilience import (
     EffectStatus,
+    InMemoryIdempotencyStore,
     ResiliencePolicy,
     ToolProfile,
     add_resilience,
+    canonical_args,
     current_idempotency_key,
     tool_error_of,
 )
+from langgraph_resilience.idempotency import effect_fingerprint
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,
@@ -432,3 +435,62 @@ def test_a_subgraph_under_a_parent_without_the_ledger_keeps_its_own() -> None:
     )
     assert len(runs) == 3
     assert own.checkpoint["channel_values"]["resilience"]["tool_attempts"] == 3
+
+
+def test_a_later_task_may_ask_again_for_an_effect_it_was_told_is_unknown(
+    runner: Runner,
+) -> None:
+    """Turn 1: the payment's answer is lost and the agent is told (its re-issue refused).
+    Turn 2, a new human request for the same payment: informed, not blind, so it runs."""
+    bank = Bank()
+    pay = FaultyTool(make_pay(bank), [Fault.timeout(after_effect=True)])
+    h = build_graph(
+        [pay],
+        [
+            call("pay", {"to": "bob", "amount": 5}, "call_a"),
+            call("pay", {"to": "bob", "amount": 5}, "call_b"),
+            text("I could not confirm it"),
+            call("pay", {"to": "bob", "amount": 5}, "call_c"),
+            text("paid"),
+        ],
+        profiles={"pay": ToolProfile(side_effect=True)},
+    )
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "pay bob 5")]}, config)
+    assert len(bank.payments) == 1
+
+    out = runner.invoke(h.app, {"messages": [("user", "it did not arrive: pay again")]}, config)
+
+    assert len(bank.payments) == 2
+    assert answers(out)[-1].content == "paid"
+
+
+def test_an_unknown_effect_nobody_was_told_of_blocks_a_later_identical_call(
+    runner: Runner,
+) -> None:
+    """A run cancelled (or crashed) mid-payment left an intent nobody was told about: the
+    same payment asked for later is not run blindly."""
+    bank = Bank()
+    store = InMemoryIdempotencyStore()
+    thread = "t-cancelled"
+    args = {"to": "bob", "amount": 5}
+    store.claim(
+        "pay:cancelled-run",
+        tool="pay",
+        args_json=canonical_args(args),
+        thread_id=thread,
+        fingerprint=effect_fingerprint("pay", args, thread_id=thread),
+    )
+    h = build_graph(
+        [make_pay(bank)],
+        [call("pay", args, "call_0"), text("could not confirm")],
+        profiles={"pay": ToolProfile(side_effect=True)},
+        options={"idempotency": store},
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "pay bob 5")]}, h.config(thread))
+
+    assert bank.payments == []
+    error = tool_error_of(answers(out)[-1])
+    assert error is not None
+    assert error.context["earlier_call"] is True
