@@ -83,6 +83,7 @@ from langgraph.types import Command, Durability, StateSnapshot
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from langgraph_resilience.effect_ledger import attach_ledger, sqlite_connect
 from langgraph_resilience.errors import ResilienceError
 from langgraph_resilience.idempotency import (
     AsyncPostgresIdempotencyStore,
@@ -202,9 +203,7 @@ POSTGRES_CONNECTION_KWARGS: dict[str, Any] = {
 
 
 def _sqlite_connect(file: pathlib.Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(file), check_same_thread=False, isolation_level=None, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
-    return conn
+    return sqlite_connect(str(file))
 
 
 @contextlib.contextmanager
@@ -234,6 +233,7 @@ def open_sqlite(path: str | pathlib.Path) -> Iterator[Persistence]:
             idempotency = SqliteIdempotencyStore(ledger_conn)
             idempotency.setup()
             saga = SqliteSagaLog(saga_conn)
+            attach_ledger(checkpointer, idempotency, saga)
             yield Persistence(
                 checkpointer=checkpointer,
                 store=store,
@@ -276,7 +276,7 @@ def _breaker_store_class(name: str) -> Any:
 
 
 def _postgres_persistence(pool: ConnectionPool[Any], shown: str) -> Persistence:
-    return Persistence(
+    p = Persistence(
         checkpointer=PostgresSaver(pool),
         store=PostgresStore(pool),
         pool=pool,
@@ -284,6 +284,8 @@ def _postgres_persistence(pool: ConnectionPool[Any], shown: str) -> Persistence:
         idempotency=PostgresIdempotencyStore(pool),
         saga=PostgresSagaLog(pool),
     )
+    attach_ledger(p.checkpointer, p.idempotency, p.saga)
+    return p
 
 
 def _setup_postgres(p: Persistence) -> None:
@@ -348,7 +350,7 @@ def open_postgres(
 
 
 def _apostgres_persistence(pool: AsyncConnectionPool[Any], shown: str) -> Persistence:
-    return Persistence(
+    p = Persistence(
         checkpointer=AsyncPostgresSaver(pool),
         store=AsyncPostgresStore(pool),
         pool=pool,
@@ -356,6 +358,8 @@ def _apostgres_persistence(pool: AsyncConnectionPool[Any], shown: str) -> Persis
         idempotency=AsyncPostgresIdempotencyStore(pool),
         saga=AsyncPostgresSagaLog(pool),
     )
+    attach_ledger(p.checkpointer, p.idempotency, p.saga)
+    return p
 
 
 async def _asetup_postgres(p: Persistence) -> None:

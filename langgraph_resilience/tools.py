@@ -44,6 +44,7 @@ from langgraph_resilience.breaker import (
 from langgraph_resilience.canonical import call_key, canonical_args
 from langgraph_resilience.classify import DEFAULT_RULES, Rule, classify, unknown_tool_error
 from langgraph_resilience.clock import Clock
+from langgraph_resilience.effect_ledger import EffectLedger, LedgerResolver
 from langgraph_resilience.errors import (
     CircuitOpenError,
     ConfigurationError,
@@ -61,10 +62,9 @@ from langgraph_resilience.idempotency import (
     EffectStatus,
     IdempotencyRecord,
     IdempotencyStore,
-    InMemoryIdempotencyStore,
-    InMemorySagaLog,
     PartialResult,
     SagaLog,
+    acompensate_thread,
     as_partial_result,
     claim_action,
     compensate_thread,
@@ -203,6 +203,7 @@ class _NotDoneError(ToolFailure):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Effect:
+    ledger: EffectLedger
     key: str
     thread_id: str
     args_json: str
@@ -381,6 +382,8 @@ class _InStep:
     """Call ids whose attempts are spent: a reconcile may only ask status_check."""
     approved: frozenset[str] = frozenset()
     """Call ids a human told to run again despite an unknown earlier outcome."""
+    ledger: EffectLedger | None = None
+    """The side-effect ledger of this run (None: no tool has side effects)."""
     told_before: frozenset[str] = frozenset()
     """Idempotency keys of unknown effects the agent was told of in an earlier task: a
     new human request for the same effect is informed, not a blind re-issue."""
@@ -516,8 +519,10 @@ class GuardedToolNode:
             InMemoryRetryBudgetStore() if retry_budget is not None else None
         )
         effects = any(p.side_effect for p in self.profiles.values())
-        self.idempotency = idempotency or (InMemoryIdempotencyStore() if effects else None)
-        self.saga = saga or (InMemorySagaLog() if effects else None)
+        self.idempotency = idempotency
+        """The ledger passed to add_resilience, if any (else: see `effect_ledger`)."""
+        self.saga = saga
+        self._ledgers = LedgerResolver(idempotency=idempotency, saga=saga, needed=effects)
         self._bulkheads = {
             name: Bulkhead(name, max_concurrent=p.max_concurrent, max_wait=p.max_wait)
             for name, p in self.profiles.items()
@@ -644,29 +649,30 @@ class GuardedToolNode:
         The key is bound to the call's slot (its assistant message and position), not to
         the provider's id, which providers reuse."""
         profile = self.profiles.get(call["name"])
-        if profile is None or not profile.side_effect or self.idempotency is None:
+        in_step = _STEP.get()
+        if profile is None or not profile.side_effect or in_step is None or in_step.ledger is None:
             return None
         runtime = getattr(request, "runtime", None)
         config = getattr(runtime, "config", None) or {}
         thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
-        in_step = _STEP.get()
         call_id = call["id"] or ""
-        slot = in_step.slots.get(call_id, call_id) if in_step is not None else call_id
+        slot = in_step.slots.get(call_id, call_id)
         args = call["args"]
         noise = self.policy.noise_fields
         key = idempotency_key(
             call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
         )
         return _Effect(
+            in_step.ledger,
             key,
             thread_id,
             canonical_args(args),
             profile,
             dict(args),
             effect_fingerprint(call["name"], args, thread_id=thread_id, noise_fields=noise),
-            may_execute=in_step is None or call_id not in in_step.spent,
-            approved=in_step is not None and call_id in in_step.approved,
-            told_before=in_step.told_before if in_step is not None else frozenset(),
+            may_execute=call_id not in in_step.spent,
+            approved=call_id in in_step.approved,
+            told_before=in_step.told_before,
         )
 
     def _effect_flow(
@@ -764,9 +770,9 @@ class GuardedToolNode:
         effect: _Effect | None,
     ) -> ToolMessage | Command[Any]:
         """Run a side effect at most once per effect (see `_effect_flow`)."""
-        store = self.idempotency
-        if effect is None or store is None:
+        if effect is None:
             return self._run(call, request, execute)
+        store, saga = effect.ledger.idempotency, effect.ledger.saga
         flow = self._effect_flow(call, effect)
         reply: Any = None
         error: BaseException | None = None
@@ -804,8 +810,8 @@ class GuardedToolNode:
                 store.record_outcome(*value)
             elif op == "release":
                 store.release(value)
-            elif op == "saga" and self.saga is not None:
-                self.saga.append(
+            elif op == "saga":
+                saga.append(
                     effect.thread_id,
                     key=effect.key,
                     tool=call["name"],
@@ -830,9 +836,9 @@ class GuardedToolNode:
     ) -> ToolMessage | Command[Any]:
         """Async `_once`: the same flow on the store's async methods (a sync
         status_check runs as is)."""
-        store = self.idempotency
-        if effect is None or store is None:
+        if effect is None:
             return await self._arun(call, request, execute)
+        store, saga = effect.ledger.idempotency, effect.ledger.saga
         flow = self._effect_flow(call, effect)
         reply: Any = None
         error: BaseException | None = None
@@ -866,8 +872,8 @@ class GuardedToolNode:
                 await store.arecord_outcome(*value)
             elif op == "release":
                 await store.arelease(value)
-            elif op == "saga" and self.saga is not None:
-                await self.saga.aappend(
+            elif op == "saga":
+                await saga.aappend(
                     effect.thread_id,
                     key=effect.key,
                     tool=call["name"],
@@ -925,13 +931,28 @@ class GuardedToolNode:
         verdict = classify(exc, profile=profile, rules=self.rules)
         return verdict.failure_class is FailureClass.UNKNOWN
 
-    def compensate_thread(self, thread_id: str) -> CompensationReport | None:
+    def compensate_thread(
+        self, thread_id: str, config: RunnableConfig
+    ) -> CompensationReport | None:
         """Undo the thread's recorded side effects, newest first, exactly once each."""
         compensators = {n: p.compensate for n, p in self.profiles.items() if p.compensate}
-        if not compensators or self.idempotency is None or self.saga is None:
+        ledger = self._ledgers.resolve(config) if compensators else None
+        if ledger is None:
             return None
         return compensate_thread(
-            thread_id, store=self.idempotency, saga=self.saga, compensators=compensators
+            thread_id, store=ledger.idempotency, saga=ledger.saga, compensators=compensators
+        )
+
+    async def acompensate_thread(
+        self, thread_id: str, config: RunnableConfig
+    ) -> CompensationReport | None:
+        """Async `compensate_thread`: the ledger's async methods, async compensators."""
+        compensators = {n: p.compensate for n, p in self.profiles.items() if p.compensate}
+        ledger = await self._ledgers.aresolve(config) if compensators else None
+        if ledger is None:
+            return None
+        return await acompensate_thread(
+            thread_id, store=ledger.idempotency, saga=ledger.saga, compensators=compensators
         )
 
     def _wrap(
@@ -1339,7 +1360,7 @@ class GuardedToolNode:
         base = dict(state) if isinstance(state, Mapping) else {}
         return {**base, self.messages_key: [*messages, only_due]}
 
-    def _in_step(self, batch: _Batch) -> _InStep:
+    def _in_step(self, batch: _Batch, ledger: EffectLedger | None) -> _InStep:
         return _InStep(
             set(),
             batch.item_keys,
@@ -1349,6 +1370,7 @@ class GuardedToolNode:
             told_before=frozenset(
                 key for key, task in batch.informed.items() if task != batch.task.get("id", "")
             ),
+            ledger=ledger,
         )
 
     def _finish(self, state: Any, batch: _Batch, output: Any) -> tuple[Any, list[_BreakerReport]]:
@@ -1424,25 +1446,7 @@ class GuardedToolNode:
             self._settle_preflight(step, item, calls)
 
         self._end_waits_past_budget(step, state, batch.now)
-        task_delta: TaskLedger = {
-            "id": batch.task.get("id", ""),
-            "tool_attempts": executed,
-            "seen": _summed(batch.seen, step.seen),
-            "failed": step.failed,
-            "recent": batch.recent,
-        }
-        if started_at is None and executed:
-            task_delta["started_at"] = batch.now
-        delta: Ledger = {
-            "calls": step.calls,
-            "task": task_delta,
-            "tool_attempts": executed,
-            "events": step.events,
-        }
-        if step.gone:
-            delta["gone"] = step.gone
-        if step.informed:
-            delta["informed"] = step.informed
+        delta = _delta(batch, step, executed)
         update: dict[str, Any] = {self.messages_key: step.messages, "resilience": delta}
         return ([*commands, update] if commands else update), step.reports
 
@@ -1511,7 +1515,7 @@ class GuardedToolNode:
             repairs=record.get("repairs", 0),
             llm_calls=int(step.task.get("llm_calls") or 0),
             can_repair=self.can_repair,
-            idempotent=self.idempotency is not None,
+            idempotent=True,  # every side effect runs under a key (effect_ledger)
         )
         if decision.route == "retry" and not self._withdraw(call["name"], now):
             decision = Decision("agent", exhausted="retry_budget")
@@ -1845,7 +1849,7 @@ class GuardedToolNode:
             return {}
         output: Any = {}
         if batch.runnable:
-            token = _STEP.set(self._in_step(batch))
+            token = _STEP.set(self._in_step(batch, self._ledgers.resolve(config)))
             try:
                 output = self._tool_node.invoke(self._input(state, batch), config)
             finally:
@@ -1861,7 +1865,8 @@ class GuardedToolNode:
             return {}
         output: Any = {}
         if batch.runnable:
-            token = _STEP.set(self._in_step(batch))
+            ledger = await self._ledgers.aresolve(config)
+            token = _STEP.set(self._in_step(batch, ledger))
             try:
                 output = await self._tool_node.ainvoke(self._input(state, batch), config)
             finally:
@@ -1869,6 +1874,31 @@ class GuardedToolNode:
         update, reports = self._finish(state, batch, output)
         await self._areport_settled(reports)
         return update
+
+
+def _delta(batch: _Batch, step: _Step, executed: int) -> Ledger:
+    """The ledger delta of one tools step."""
+    started_at = batch.task.get("started_at")
+    task_delta: TaskLedger = {
+        "id": batch.task.get("id", ""),
+        "tool_attempts": executed,
+        "seen": _summed(batch.seen, step.seen),
+        "failed": step.failed,
+        "recent": batch.recent,
+    }
+    if started_at is None and executed:
+        task_delta["started_at"] = batch.now
+    delta: Ledger = {
+        "calls": step.calls,
+        "task": task_delta,
+        "tool_attempts": executed,
+        "events": step.events,
+    }
+    if step.gone:
+        delta["gone"] = step.gone
+    if step.informed:
+        delta["informed"] = step.informed
+    return delta
 
 
 def _summed(counts: Mapping[str, int], more: Mapping[str, int]) -> dict[str, int]:

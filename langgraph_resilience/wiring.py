@@ -292,7 +292,9 @@ def add_resilience(
             "escalate",
             EscalateNode(
                 policy=policy,
+                tools_by_name=tool_node.tools_by_name,
                 compensate=tool_node.compensate_thread,
+                acompensate=tool_node.acompensate_thread,
                 messages_key=messages_key,
             ),
         )

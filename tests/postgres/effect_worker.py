@@ -5,6 +5,11 @@ writing a marker file) so the test can SIGKILL it: ``before`` the payment row is
 inserted, ``after`` it is inserted but before the tools step is checkpointed, or
 once the tools step ``completed``. ``resume`` continues the thread by thread_id
 under the thread lock and prints JSON (``{"busy": true}`` if another runner holds it).
+
+``--wiring`` says how the user wired the ledger: ``explicit`` passes
+``idempotency=``/``saga=`` from `open_postgres`; ``default`` passes nothing next to
+`open_postgres`'s checkpointer; ``saver`` passes nothing next to LangGraph's own
+``PostgresSaver`` on a pool of the user's (the ledger must follow it, safe by default).
 """
 
 from __future__ import annotations
@@ -21,7 +26,10 @@ import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import START, MessagesState, StateGraph
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import (
     EffectStatus,
@@ -36,6 +44,7 @@ from langgraph_resilience import (
     open_postgres,
     resume,
 )
+from langgraph_resilience.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 
 
@@ -48,7 +57,16 @@ def hang(marker: pathlib.Path, what: str) -> None:
     time.sleep(120)  # the test SIGKILLs the process here: a real hang, not a clock
 
 
-def build(dsn: str, p: Persistence, *, kill_at: str, marker: pathlib.Path, slow: bool) -> Any:
+def build(
+    dsn: str,
+    p: Persistence,
+    *,
+    kill_at: str,
+    marker: pathlib.Path,
+    slow: bool,
+    wiring: str = "explicit",
+    checkpointer: Any = None,
+) -> Any:
     def agent_turn(messages: list[BaseMessage]) -> AIMessage:
         if any(isinstance(m, ToolMessage) for m in messages):
             if kill_at == "completed":
@@ -94,10 +112,9 @@ def build(dsn: str, p: Persistence, *, kill_at: str, marker: pathlib.Path, slow:
         tools=[charge],
         clock=FakeClock(epoch=time.time()),
         profiles={"charge": ToolProfile(side_effect=True, status_check=status)},
-        idempotency=p.idempotency,
-        saga=p.saga,
+        **({"idempotency": p.idempotency, "saga": p.saga} if wiring == "explicit" else {}),
     )
-    return builder.compile(checkpointer=p.checkpointer, store=p.store)
+    return builder.compile(checkpointer=checkpointer or p.checkpointer, store=p.store)
 
 
 async def _acall(model: ScriptedChatModel, state: Any) -> dict[str, Any]:
@@ -117,6 +134,7 @@ def main() -> None:
     parser.add_argument("--kill-at", choices=["before", "after", "completed", "none"])
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
     parser.add_argument("--slow", action="store_true")
+    parser.add_argument("--wiring", choices=["explicit", "default", "saver"], default="explicit")
     args = parser.parse_args()
     kill_at = args.kill_at if args.phase == "start" else "none"
     marker = pathlib.Path(args.marker)
@@ -125,7 +143,16 @@ def main() -> None:
     try:
         if args.mode == "sync":
             with open_postgres(args.dsn) as p:
-                app = build(args.dsn, p, kill_at=kill_at, marker=marker, slow=args.slow)
+                saver = PostgresSaver(ConnectionPool(args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS))
+                app = build(
+                    args.dsn,
+                    p,
+                    kill_at=kill_at,
+                    marker=marker,
+                    slow=args.slow,
+                    wiring=args.wiring,
+                    checkpointer=saver if args.wiring == "saver" else None,
+                )
                 if args.phase == "start":
                     app.invoke(inp, config)
                 else:
@@ -135,7 +162,19 @@ def main() -> None:
 
             async def run() -> dict[str, Any]:
                 async with aopen_postgres(args.dsn) as p:
-                    app = build(args.dsn, p, kill_at=kill_at, marker=marker, slow=args.slow)
+                    pool = AsyncConnectionPool(
+                        args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS, open=False
+                    )
+                    await pool.open()
+                    app = build(
+                        args.dsn,
+                        p,
+                        kill_at=kill_at,
+                        marker=marker,
+                        slow=args.slow,
+                        wiring=args.wiring,
+                        checkpointer=AsyncPostgresSaver(pool) if args.wiring == "saver" else None,
+                    )
                     if args.phase == "start":
                         await app.ainvoke(inp, config)
                     else:

@@ -99,6 +99,32 @@ def test_sigkill_anywhere_leaves_exactly_one_payment(
     assert key
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("wiring", ["default", "saver"])
+def test_the_ledger_follows_a_durable_checkpointer_without_extra_wiring(
+    pg_dsn: str, tmp_path: pathlib.Path, wiring: str, mode: str
+) -> None:
+    """No idempotency= passed, next to open_postgres's checkpointer or LangGraph's own
+    PostgresSaver: killed after the payment, resumed in a new process, still one payment
+    (the ledger went to the checkpointer's database, not into the dead process)."""
+    _prepare(pg_dsn)
+    thread, marker = uuid.uuid4().hex, tmp_path / "marker"
+    common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(marker), "--mode", mode]
+    common += ["--wiring", wiring]
+    first = _spawn("start", *common, "--kill-at", "after", killed=True)
+    _wait_for(marker, first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+
+    result = _finish(_spawn("resume", *common))
+
+    assert result == {"next": [], "last": "paid"}
+    assert len(_payments(pg_dsn)) == 1
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT status FROM lgr_idempotency WHERE tool = 'charge'").fetchall()
+    assert rows == [("done",)]
+
+
 def test_two_runners_on_one_thread_one_gets_thread_busy(
     pg_dsn: str, tmp_path: pathlib.Path
 ) -> None:

@@ -1,0 +1,89 @@
+"""Safe by default: the side-effect ledger follows the checkpointer the user chose."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+from langchain_core.tools import tool
+from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from langgraph_resilience import ConfigurationError, ToolProfile, open_sqlite
+from langgraph_resilience.effect_ledger import _CHECKPOINTER_KEY
+from langgraph_resilience.testing import text, tool_calls
+from tests.conftest import Runner, build_graph
+
+
+def make_pay(paid: list[int]) -> Any:
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return "paid"
+
+    return pay
+
+
+def test_the_checkpointer_config_key_is_langgraphs() -> None:
+    """The ledger finds a run's checkpointer where LangGraph puts it."""
+    assert _CHECKPOINTER_KEY == CONFIG_KEY_CHECKPOINTER
+
+
+class DiskBackedSaver(InMemorySaver):
+    """A checkpointer this package knows nothing about (a server's, a community one)."""
+
+
+def test_side_effects_next_to_an_unknown_durable_checkpointer_fail_loudly(
+    runner: Runner,
+) -> None:
+    """No silent in-process ledger: the first run says what to pass, and nothing paid."""
+    paid: list[int] = []
+    h = build_graph(
+        [make_pay(paid)],
+        [tool_calls(("pay", {"amount": 5})), text("done")],
+        profiles={"pay": ToolProfile(side_effect=True)},
+        checkpointer=DiskBackedSaver(),
+    )
+    with pytest.raises(ConfigurationError, match="pass idempotency= and saga="):
+        runner.invoke(h.app, {"messages": [("user", "pay 5")]}, h.config())
+    assert paid == []
+
+
+def test_a_plain_sqlite_saver_gets_its_ledger_in_the_same_file(tmp_path: Any) -> None:
+    """LangGraph's own SqliteSaver, no idempotency=: the intent and outcome are in its file."""
+    path = tmp_path / "threads.sqlite"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    paid: list[int] = []
+    h = build_graph(
+        [make_pay(paid)],
+        [tool_calls(("pay", {"amount": 5})), text("done")],
+        profiles={"pay": ToolProfile(side_effect=True)},
+        checkpointer=SqliteSaver(conn),
+    )
+    h.app.invoke({"messages": [("user", "pay 5")]}, h.config())
+    conn.close()
+
+    with sqlite3.connect(path) as check:
+        rows = check.execute("SELECT tool, status FROM lgr_idempotency").fetchall()
+    assert rows == [("pay", "done")]
+    assert paid == [5]
+
+
+def test_open_sqlite_hands_its_own_ledger_to_the_graph(tmp_path: Any) -> None:
+    """The ledger open_sqlite opened is the one the graph uses, without passing it (sync:
+    LangGraph's SqliteSaver has no async methods)."""
+    paid: list[int] = []
+    with open_sqlite(tmp_path / "state.sqlite") as p:
+        h = build_graph(
+            [make_pay(paid)],
+            [tool_calls(("pay", {"amount": 5})), text("done")],
+            profiles={"pay": ToolProfile(side_effect=True)},
+            checkpointer=p.checkpointer,
+        )
+        config = h.config()
+        h.app.invoke({"messages": [("user", "pay 5")]}, config)
+        records = p.idempotency.for_thread(config["configurable"]["thread_id"])
+    assert [(r.tool, r.status) for r in records] == [("pay", "done")]
