@@ -398,3 +398,28 @@ def test_each_question_to_a_human_is_announced_once(runner: Runner) -> None:
     assert len(asked) == 2
     assert len(set(asked)) == 2
     assert h.app.get_state(config).values["messages"][-1].content == "both skipped"
+
+
+def test_an_edit_the_tool_would_reject_is_asked_again(runner: Runner) -> None:
+    """A human's edit goes through the tool's schema first: a wrong type, or another tool's
+    fields, interrupts again with the error; nothing runs until the edit is valid."""
+    guarded = FaultyTool(refund, [Fault.status(403)])
+    h = build_graph(
+        [guarded],
+        [tool_calls(("refund", {"order_id": 7, "amount": 80.0})), text("refunded 40")],
+        escalate=True,
+    )
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "refund 80")]}, config)
+
+    for bad in ({"order_id": "seven", "amount": 40.0}, {"sku": "LAMP-7"}):
+        out = runner.invoke(h.app, Command(resume={"action": "edit", "args": bad}), config)
+        [pending] = out["__interrupt__"]
+        assert "invalid answer" in pending.value["error"]
+        assert guarded.calls == 1
+
+    done = runner.invoke(
+        h.app, Command(resume={"action": "edit", "args": {"order_id": 7, "amount": 40.0}}), config
+    )
+    assert guarded.executions == 1
+    assert done["messages"][-1].content == "refunded 40"
