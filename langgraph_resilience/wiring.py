@@ -24,7 +24,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
-from langgraph.graph import END, StateGraph
+from langgraph.graph import END, START, StateGraph
 
 from langgraph_resilience.breaker import (
     BreakerConfig,
@@ -39,6 +39,7 @@ from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.escalate import EscalateNode
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.idempotency import IdempotencyStore, SagaLog
+from langgraph_resilience.pending import AnswerPendingNode
 from langgraph_resilience.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
@@ -51,6 +52,7 @@ from langgraph_resilience.tools import GuardedToolNode
 __all__ = ["DEFAULT_NODE_NAMES", "add_resilience"]
 
 DEFAULT_NODE_NAMES: Mapping[str, str] = {
+    "pending": "answer_pending",
     "tools": "tools",
     "retry": "retry",
     "repair": "repair",
@@ -107,7 +109,24 @@ def _check_names(
             f"node {agent!r} already has outgoing edges; add_resilience adds them itself "
             "(tool calls -> tools, otherwise END): remove yours"
         )
+    if not any(source == START for source, _ in builder.edges) and not builder.branches.get(START):
+        raise ConfigurationError(
+            "the graph has no edge from START yet; add it first (e.g. "
+            "builder.add_edge(START, 'agent')), then call add_resilience: it puts a step there "
+            "that answers tool calls a stopped run left unanswered"
+        )
     return names
+
+
+def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str) -> None:
+    """Make `name` the graph's entry: START -> name -> wherever START led."""
+    for source, target in [edge for edge in builder.edges if edge[0] == START]:
+        builder.edges.discard((source, target))
+        builder.add_edge(name, target)
+    branches = builder.branches.pop(START, None)
+    if branches:
+        builder.branches[name] = branches
+    builder.add_edge(START, name)
 
 
 _DEFAULT_BREAKER = BreakerConfig()
@@ -229,7 +248,7 @@ def add_resilience(
     if not isinstance(builder, StateGraph):
         raise ConfigurationError(f"builder must be a langgraph StateGraph, got {type(builder)!r}")
     _check_state(builder, messages_key)
-    roles = ["tools", "retry"]
+    roles = ["pending", "tools", "retry"]
     roles += ["repair"] if repair_model is not None else []
     roles += ["planner", "executor"] if planner_model is not None else []
     roles += ["escalate"] if escalate else []
@@ -261,6 +280,8 @@ def add_resilience(
     def add(role: str, node: Any) -> None:
         builder.add_node(names[role], _Node(names[role], node.run, node.arun))
 
+    add("pending", AnswerPendingNode(messages_key=messages_key))
+    _enter_through(builder, names["pending"])
     add("tools", tool_node)
     add("retry", RetryNode(clock=clock, messages_key=messages_key))
     if repair_model is not None:
@@ -300,7 +321,7 @@ def add_resilience(
         )
 
     onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
-    onward.update({role: names[role] for role in roles})
+    onward.update({role: names[role] for role in roles if role != "pending"})
     router = functools.partial(announced_next_step, messages_key=messages_key)
     builder.add_conditional_edges(
         agent,
@@ -308,6 +329,8 @@ def add_resilience(
         {"tools": names["tools"], "__end__": END},
     )
     for role in roles:
+        if role == "pending":
+            continue  # its edges are START's (_enter_through)
         if role == "retry":
             builder.add_edge(names["retry"], names["tools"])
         elif role == "executor":

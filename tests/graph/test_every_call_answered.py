@@ -1,0 +1,148 @@
+"""Every assistant tool call is answered before the model is called again, on every path:
+an abandoned escalation, a run stopped during a backoff, new input on an interrupted thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+
+from langgraph_resilience import ToolError, tool_error_of
+from langgraph_resilience.pending import answer_pending
+from langgraph_resilience.state import empty_ledger
+from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
+from tests.conftest import Runner, build_graph
+
+
+def provider_valid(messages: list[BaseMessage]) -> bool:
+    """OpenAI's and Anthropic's rule: an assistant message with tool calls is followed by
+    one tool message per call before anything else."""
+    for index, message in enumerate(messages):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            wanted = [c["id"] for c in message.tool_calls]
+            following: list[str] = []
+            for later in messages[index + 1 :]:
+                if not isinstance(later, ToolMessage):
+                    break
+                following.append(later.tool_call_id)
+            if sorted(following) != sorted(wanted):
+                return False
+    return True
+
+
+@tool
+def refund(order_id: int) -> str:
+    """Refund an order."""
+    return f"refunded {order_id}"
+
+
+@tool
+def lookup(q: str) -> str:
+    """Look something up."""
+    return f"found {q}"
+
+
+def test_a_new_message_instead_of_an_answer_abandons_the_escalation(runner: Runner) -> None:
+    """The user writes again while a human decision is pending: the call is answered as
+    abandoned, right after its assistant message, and the model sees a valid history."""
+    guarded = FaultyTool(refund, [Fault.status(403)])
+    h = build_graph(
+        [guarded],
+        [tool_calls(("refund", {"order_id": 7})), text("ok, something else then")],
+        escalate=True,
+    )
+    config = h.config()
+    first = runner.invoke(h.app, {"messages": [("user", "refund order 7")]}, config)
+    assert first["__interrupt__"]
+
+    out = runner.invoke(h.app, {"messages": [HumanMessage("never mind, track it")]}, config)
+
+    seen = h.model.received[-1]
+    assert provider_valid(seen)
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    error = tool_error_of(answer)
+    assert isinstance(error, ToolError)
+    assert error.context["abandoned"] is True
+    assert [type(m).__name__ for m in out["messages"]] == [
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+        "HumanMessage",
+        "AIMessage",
+    ]
+    assert guarded.calls == 1
+
+
+class _Stop(BaseException):
+    """The process stops (a kill, a cancelled server run) while the retry node waits."""
+
+
+class StoppingClock(FakeClock):
+    def sleep(self, seconds: float) -> None:
+        raise _Stop
+
+    async def asleep(self, seconds: float) -> None:
+        raise _Stop
+
+
+def test_a_run_stopped_during_a_backoff_leaves_no_call_unanswered(runner: Runner) -> None:
+    """503 schedules a retry; the run dies in the backoff; the user writes again: the waiting
+    call is answered as cancelled (its last error kept) and the sibling's answer stays."""
+    flaky = FaultyTool(lookup, [Fault.status(503)])
+    h = build_graph(
+        [flaky],
+        [
+            tool_calls(("lookup", {"q": "a"}), ("lookup", {"q": "b"})),
+            text("here is what I have"),
+        ],
+        clock=StoppingClock(),
+    )
+    config = h.config()
+    with pytest.raises(_Stop):
+        runner.invoke(h.app, {"messages": [("user", "look up a and b")]}, config)
+
+    out = runner.invoke(h.app, {"messages": [HumanMessage("hello?")]}, config)
+
+    assert provider_valid(h.model.received[-1])
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(answers) == 2
+    cancelled = [tool_error_of(m) for m in answers if m.status == "error"]
+    assert len(cancelled) == 1
+    assert cancelled[0] is not None
+    assert cancelled[0].context == {"cancelled": True, "last_error": "FakeHTTPError"}
+    assert cancelled[0].failure_class == "transient"
+    assert flaky.calls == 2
+
+
+def test_a_clean_thread_is_not_rewritten() -> None:
+    """Nothing to answer: nothing is written (no history rewrite on the clean path)."""
+    messages: list[Any] = [
+        HumanMessage("hi"),
+        AIMessage("", tool_calls=[{"name": "lookup", "args": {"q": "x"}, "id": "c1"}]),
+        ToolMessage("found x", tool_call_id="c1"),
+        AIMessage("done"),
+        HumanMessage("again"),
+    ]
+    assert answer_pending(messages, empty_ledger()) is None
+
+
+def test_an_unanswered_call_with_a_reused_id_is_found() -> None:
+    """call_0 answered in turn 1 does not count as the answer to turn 2's call_0."""
+    call = {"name": "lookup", "args": {"q": "x"}, "id": "call_0"}
+    messages: list[Any] = [
+        HumanMessage("one"),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("found x", tool_call_id="call_0"),
+        AIMessage("done"),
+        HumanMessage("two"),
+        AIMessage("", tool_calls=[call]),
+        HumanMessage("three"),
+    ]
+    found = answer_pending(messages, empty_ledger())
+    assert found is not None
+    patched, _ = found
+    assert provider_valid(patched)
+    assert isinstance(patched[6], ToolMessage)
+    assert patched[6].tool_call_id == "call_0"
