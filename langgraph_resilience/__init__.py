@@ -42,9 +42,11 @@ from langgraph_resilience.clock import (
     SystemClock,
 )
 from langgraph_resilience.errors import (
+    AttemptAbandoned,
     CircuitOpenError,
     ConfigurationError,
     FailureClass,
+    LedgerUnavailableError,
     LoopDetectedError,
     OutputValidationError,
     ResilienceError,
@@ -146,6 +148,7 @@ __all__ = [
     "EVENT_KEY",
     "AsyncPostgresBreakerStore",
     "AsyncPostgresIdempotencyStore",
+    "AttemptAbandoned",
     "BreakerConfig",
     "BreakerStore",
     "Bulkhead",
@@ -165,6 +168,7 @@ __all__ = [
     "InMemoryIdempotencyStore",
     "InMemoryRetryBudgetStore",
     "Ledger",
+    "LedgerUnavailableError",
     "LoopDetectedError",
     "OutcomeUnknownError",
     "OutputValidationError",

@@ -19,8 +19,12 @@ Exception tree (the subclasses defined next to the code that raises them)::
     │   │   ├── PlanReferenceError      .reference: a $steps reference that cannot resolve
     │   │   └── PlanCycleError          .cycle: the steps that depend on each other
     │   ├── PersistenceError            (persistence.py) cannot open the store; DSN redacted
+    │   ├── LedgerUnavailableError      .operation: our own ledger failed; never the tool's
     │   ├── ThreadBusyError             (persistence.py) another runner holds the thread
+    │   │   └── ThreadLockLostError     (persistence.py) this runner's lock died: it stopped
     │   └── ThreadNotFoundError         (persistence.py) no checkpoint for the thread id
+    ├── TimeoutError
+    │   └── AttemptAbandoned            .grace: tool_timeout gave up; it may still land
     ├── ValueError
     │   └── ConfigurationError          misconfiguration, raised at construction
     └── Warning
@@ -36,9 +40,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "AttemptAbandoned",
     "CircuitOpenError",
     "ConfigurationError",
     "FailureClass",
+    "LedgerUnavailableError",
     "LoopDetectedError",
     "OutputValidationError",
     "ResilienceError",
@@ -189,6 +195,31 @@ class ToolGoneError(ResilienceError):
         )
         self.tool = tool
         self.ago = ago
+
+
+class LedgerUnavailableError(ResilienceError):
+    """The side-effect ledger (ours: the intent/outcome store, the saga log) failed after
+    its retries. It is an infrastructure failure, never the tool's: raised before the
+    effect runs, so nothing ran; the cause is chained."""
+
+    def __init__(self, operation: str, cause: BaseException) -> None:
+        super().__init__(
+            f"the idempotency ledger is unavailable ({operation} failed: "
+            f"{type(cause).__name__}); the side effect was not run. Check the database, "
+            "then resume the thread"
+        )
+        self.operation = operation
+
+
+class AttemptAbandoned(TimeoutError):
+    """`tool_timeout` stopped waiting for an attempt that may still be running (a thread
+    cannot be killed; a remote service may still commit): for up to `grace` seconds its
+    outcome is not known, so a side effect is not asked about before then."""
+
+    def __init__(self, timeout: float, grace: float) -> None:
+        super().__init__(f"tool did not finish within {timeout:g}s")
+        self.timeout = timeout
+        self.grace = grace
 
 
 class ConfigurationError(ValueError):

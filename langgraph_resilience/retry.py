@@ -18,7 +18,14 @@ from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.state import Ledger, current_slots, read_ledger
 
-__all__ = ["RetryNode", "backoff_delay", "next_due", "retry_after_exceeded"]
+__all__ = [
+    "LEDGER_RETRY_DELAYS",
+    "RetryNode",
+    "backoff_delay",
+    "ledger_retry_delay",
+    "next_due",
+    "retry_after_exceeded",
+]
 
 _MAX_EXPONENT = 62
 """2**62 * any sane base already exceeds every cap; larger exponents overflow floats."""
@@ -54,6 +61,20 @@ def backoff_delay(
     if remaining is not None and delay >= remaining:
         return None
     return delay
+
+
+LEDGER_RETRY_DELAYS = (0.05, 0.2, 0.8, 2.0)
+"""Waits between attempts of one ledger operation (a database error is transient: a
+restart, a failover, a dropped pooled connection): about 3 s in all, then it gives up."""
+
+
+def ledger_retry_delay(attempt: int) -> float | None:
+    """The wait before retrying a ledger operation that failed `attempt` times, or None.
+
+    >>> ledger_retry_delay(1), ledger_retry_delay(5)
+    (0.05, None)
+    """
+    return LEDGER_RETRY_DELAYS[attempt - 1] if attempt <= len(LEDGER_RETRY_DELAYS) else None
 
 
 def retry_after_exceeded(retry_after: float | None, policy: ResiliencePolicy) -> bool:

@@ -18,6 +18,7 @@ import contextlib
 import contextvars
 import dataclasses
 import inspect
+import itertools
 import json
 import random
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -50,12 +51,13 @@ from langgraph_resilience.errors import (
     ConfigurationError,
     ExhaustionReason,
     FailureClass,
+    LedgerUnavailableError,
     OutputValidationError,
     ToolError,
     ToolFailure,
     ToolGoneError,
 )
-from langgraph_resilience.events import Event, emit
+from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.idempotency import (
     Claim,
     CompensationReport,
@@ -77,6 +79,7 @@ from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.redaction import redact
+from langgraph_resilience.retry import ledger_retry_delay
 from langgraph_resilience.router import (
     Decision,
     decide,
@@ -294,6 +297,54 @@ def _takes_args(check: Callable[..., Any]) -> bool:
 
 _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, _NotDoneError)
 """Refusals raised before the tool ran: they spend no attempt."""
+
+
+_LEDGER_OPS = frozenset({"claim", "siblings", "record", "release", "saga"})
+_AFTER_OPS = frozenset({"record", "release", "saga"})
+"""Ledger writes that follow what happened (or did not): if the ledger stays down they
+are given up, never reported as the tool's failure. The intent then stays pending, so
+the effect is reconciled later, never re-run blindly."""
+
+
+def _ledger_call(
+    op: str, value: Any, effect: _Effect, call: ToolCall
+) -> tuple[Any, str, tuple[Any, ...], dict[str, Any]]:
+    """The store (or saga log), method and arguments of a ledger operation of the flow."""
+    store, saga = effect.ledger.idempotency, effect.ledger.saga
+    if op == "claim":
+        kwargs = {
+            "tool": call["name"],
+            "args_json": effect.args_json,
+            "thread_id": effect.thread_id,
+            "fingerprint": effect.fingerprint,
+        }
+        return store, "claim", (effect.key,), kwargs
+    if op == "siblings":
+        return store, "unresolved", (effect.thread_id, effect.fingerprint), {}
+    if op == "record":
+        return store, "record_outcome", tuple(value), {}
+    if op == "release":
+        return store, "release", (value,), {}
+    kwargs = {"key": effect.key, "tool": call["name"], "action": "effect", "status": "done"}
+    return saga, "append", (effect.thread_id,), kwargs
+
+
+def _ledger_retrying(op: str, attempt: int, exc: BaseException) -> None:
+    emit(Event("ledger_retry", operation=op, attempt=attempt, error=type(exc).__name__))
+
+
+def _ledger_gave_up(op: str, effect: _Effect, exc: BaseException) -> None:
+    """The ledger stayed down: before the effect, the run stops loudly (nothing ran);
+    after it, the call keeps its answer and the intent stays pending."""
+    if op not in _AFTER_OPS:
+        raise LedgerUnavailableError(op, exc) from exc
+    logger.warning(
+        "ledger %s failed for %s (%s): the intent stays pending and is reconciled later",
+        op,
+        effect.key,
+        type(exc).__name__,
+    )
+    emit(Event("ledger_unavailable", operation=op, key=effect.key, error=type(exc).__name__))
 
 
 def _siblings(found: Sequence[IdempotencyRecord], effect: _Effect) -> list[IdempotencyRecord]:
@@ -762,6 +813,38 @@ class GuardedToolNode:
             yield "release", sibling.key
         return None
 
+    def _ledger(self, op: str, value: Any, effect: _Effect, call: ToolCall) -> Any:
+        """One ledger operation, retried with backoff as a database error (`_ledger_call`)."""
+        target, name, args, kwargs = _ledger_call(op, value, effect, call)
+        for attempt in itertools.count(1):
+            try:
+                result = getattr(target, name)(*args, **kwargs)
+            except Exception as exc:
+                delay = ledger_retry_delay(attempt)
+                if delay is None:
+                    return _ledger_gave_up(op, effect, exc)
+                _ledger_retrying(op, attempt, exc)
+                self.clock.sleep(delay)
+                continue
+            return _siblings(result, effect) if op == "siblings" else result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _aledger(self, op: str, value: Any, effect: _Effect, call: ToolCall) -> Any:
+        """Async `_ledger`: the store's async methods, the clock's async sleep."""
+        target, name, args, kwargs = _ledger_call(op, value, effect, call)
+        for attempt in itertools.count(1):
+            try:
+                result = await getattr(target, f"a{name}")(*args, **kwargs)
+            except Exception as exc:
+                delay = ledger_retry_delay(attempt)
+                if delay is None:
+                    return _ledger_gave_up(op, effect, exc)
+                _ledger_retrying(op, attempt, exc)
+                await self.clock.asleep(delay)
+                continue
+            return _siblings(result, effect) if op == "siblings" else result
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _once(
         self,
         call: ToolCall,
@@ -772,7 +855,6 @@ class GuardedToolNode:
         """Run a side effect at most once per effect (see `_effect_flow`)."""
         if effect is None:
             return self._run(call, request, execute)
-        store, saga = effect.ledger.idempotency, effect.ledger.saga
         flow = self._effect_flow(call, effect)
         reply: Any = None
         error: BaseException | None = None
@@ -782,16 +864,8 @@ class GuardedToolNode:
             except StopIteration as done:
                 return cast("ToolMessage | Command[Any]", done.value)
             reply, error = None, None
-            if op == "claim":
-                reply = store.claim(
-                    effect.key,
-                    tool=call["name"],
-                    args_json=effect.args_json,
-                    thread_id=effect.thread_id,
-                    fingerprint=effect.fingerprint,
-                )
-            elif op == "siblings":
-                reply = _siblings(store.unresolved(effect.thread_id, effect.fingerprint), effect)
+            if op in _LEDGER_OPS:
+                reply = self._ledger(op, value, effect, call)
             elif op == "status":
                 try:
                     checked = _ask_status(effect, value)
@@ -806,18 +880,6 @@ class GuardedToolNode:
                         "ainvoke/astream, or give the tool a sync status_check"
                     )
                 reply = _effect_status(checked)
-            elif op == "record":
-                store.record_outcome(*value)
-            elif op == "release":
-                store.release(value)
-            elif op == "saga":
-                saga.append(
-                    effect.thread_id,
-                    key=effect.key,
-                    tool=call["name"],
-                    action="effect",
-                    status="done",
-                )
             elif op == "run":
                 with self._effect_context(call, effect) as keys:
                     try:
@@ -838,7 +900,6 @@ class GuardedToolNode:
         status_check runs as is)."""
         if effect is None:
             return await self._arun(call, request, execute)
-        store, saga = effect.ledger.idempotency, effect.ledger.saga
         flow = self._effect_flow(call, effect)
         reply: Any = None
         error: BaseException | None = None
@@ -848,17 +909,8 @@ class GuardedToolNode:
             except StopIteration as done:
                 return cast("ToolMessage | Command[Any]", done.value)
             reply, error = None, None
-            if op == "claim":
-                reply = await store.aclaim(
-                    effect.key,
-                    tool=call["name"],
-                    args_json=effect.args_json,
-                    thread_id=effect.thread_id,
-                    fingerprint=effect.fingerprint,
-                )
-            elif op == "siblings":
-                found = await store.aunresolved(effect.thread_id, effect.fingerprint)
-                reply = _siblings(found, effect)
+            if op in _LEDGER_OPS:
+                reply = await self._aledger(op, value, effect, call)
             elif op == "status":
                 try:
                     checked = _ask_status(effect, value)
@@ -868,18 +920,6 @@ class GuardedToolNode:
                     error = exc
                     continue
                 reply = _effect_status(checked)
-            elif op == "record":
-                await store.arecord_outcome(*value)
-            elif op == "release":
-                await store.arelease(value)
-            elif op == "saga":
-                await saga.aappend(
-                    effect.thread_id,
-                    key=effect.key,
-                    tool=call["name"],
-                    action="effect",
-                    status="done",
-                )
             elif op == "run":
                 with self._effect_context(call, effect) as keys:
                     try:
@@ -977,9 +1017,8 @@ class GuardedToolNode:
         try:
             effect = self._effect(call, request)
             result = self._checked(call, self._once(call, request, execute, effect))
-        except ConfigurationError:
-            raise  # our own misconfiguration is never the tool's failure
-        except (GraphBubbleUp, *_NOT_EXECUTED) as exc:
+        except (GraphBubbleUp, ConfigurationError, LedgerUnavailableError, *_NOT_EXECUTED) as exc:
+            # our own misconfiguration or ledger is never the tool's failure
             if admitted is not None and self.breaker is not None:
                 self.breaker_store.release(
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
@@ -1020,9 +1059,8 @@ class GuardedToolNode:
         try:
             effect = self._effect(call, request)
             result = self._checked(call, await self._aonce(call, request, execute, effect))
-        except ConfigurationError:
-            raise  # our own misconfiguration is never the tool's failure
-        except (GraphBubbleUp, *_NOT_EXECUTED) as exc:
+        except (GraphBubbleUp, ConfigurationError, LedgerUnavailableError, *_NOT_EXECUTED) as exc:
+            # our own misconfiguration or ledger is never the tool's failure
             if admitted is not None and self.breaker is not None:
                 await self.breaker_store.arelease(
                     admitted.key, self.breaker, self.clock.time(), probe=admitted.probe
