@@ -39,6 +39,7 @@ from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
 from langgraph_resilience.errors import (
+    AttemptAbandoned,
     CircuitOpenError,
     FailureClass,
     OutputValidationError,
@@ -158,10 +159,10 @@ def _body(error: BaseException) -> str | None:
     text = getattr(response, "text", None)
     if callable(text) or text is None:
         body = getattr(error, "body", None)
-        text = json.dumps(body, default=str) if isinstance(body, dict | list) else body
+        text = json.dumps(redact_value(body), default=str) if isinstance(body, dict | list) else body
     if isinstance(text, str) and text:
-        # Redact before truncating: a cut could leave a token too short to recognize.
-        return redact(text)[:_MAX_BODY]
+        # Cut first (redaction reads a bounded prefix, dropping a token the cut splits).
+        return redact(text, limit=_MAX_BODY)
     return None
 
 
@@ -269,6 +270,8 @@ def timeout_rule(error: BaseException, profile: ToolProfile | None) -> Verdict |
         context: dict[str, Any] = {"timeout": True}
         if any(n in _BEFORE_SEND_TIMEOUTS for n in names):
             context["sent"] = False
+        if isinstance(error, AttemptAbandoned) and error.grace > 0:
+            context["in_flight_s"] = error.grace  # it may still land for this long
         return Verdict(FailureClass.TRANSIENT, "retry", retriable=True, context=context)
     return None
 
@@ -440,7 +443,7 @@ def classify(
         )
     else:
         text = str(error) or type(error).__name__
-    message = redact(text)[:_MAX_MESSAGE]
+    message = redact(text, limit=_MAX_MESSAGE)
     return ToolError(
         type=type(error).__name__,
         failure_class=verdict.failure_class,

@@ -182,7 +182,9 @@ def decide(
         and profile.status_check is not None
         and bool(error.context.get("maybe_executed"))
     ):
-        return Decision("retry", delay=0.0)  # the next run asks status_check, never blind
+        # the next run asks status_check, never blind; an abandoned attempt that may still
+        # land is given its grace first, so "not done" is not heard too early
+        return Decision("retry", delay=float(error.context.get("in_flight_s") or 0.0))
     if not error.retriable:
         return Decision("agent")
     if side_effect and not idempotent:

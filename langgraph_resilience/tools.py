@@ -12,8 +12,6 @@ retry (the call waits in the ledger, no message yet) or hand-back (an error
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
@@ -21,7 +19,7 @@ import inspect
 import itertools
 import json
 import random
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
@@ -74,6 +72,13 @@ from langgraph_resilience.idempotency import (
     failed_items,
     idempotency_key,
     item_idempotency_key,
+)
+from langgraph_resilience.in_flight import (
+    Settled,
+    arun_with_timeout,
+    asettle,
+    run_with_timeout,
+    settle,
 )
 from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
@@ -219,6 +224,8 @@ class _Effect:
     """A human answered retry/edit: an unknown earlier outcome does not block it."""
     told_before: frozenset[str] = frozenset()
     """Keys of unknown effects told to the agent in an earlier task (`_InStep`)."""
+    grace: float = 0.0
+    """How long an abandoned attempt may still be running (the tool's timeout)."""
 
 
 def _effect_status(value: Any) -> EffectStatus:
@@ -256,7 +263,9 @@ def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False
     )
 
 
-_EffectOp = tuple[Literal["claim", "siblings", "status", "record", "release", "run", "saga"], Any]
+_EffectOp = tuple[
+    Literal["claim", "siblings", "settle", "status", "record", "release", "run", "saga"], Any
+]
 """One I/O step of `GuardedToolNode._effect_flow` and its argument (a key, or for
 ``record`` a ``(key, result)`` pair)."""
 
@@ -293,6 +302,24 @@ def _takes_args(check: Callable[..., Any]) -> bool:
         return False
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+_STILL_RUNNING = (
+    "an earlier attempt that timed out is still running, so whether it takes effect is "
+    "not known yet; it was not run again"
+)
+
+
+def _late_outcome(effect: _Effect) -> Callable[[Any], Any]:
+    """Record an abandoned attempt's result when it lands after all."""
+    store, key = effect.ledger.idempotency, effect.key
+    return lambda result: store.record_outcome(key, _outcome_of(result))
+
+
+def _alate_outcome(effect: _Effect) -> Callable[[Any], Awaitable[Any]]:
+    """Async `_late_outcome`."""
+    store, key = effect.ledger.idempotency, effect.key
+    return lambda result: store.arecord_outcome(key, _outcome_of(result))
 
 
 _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, _NotDoneError)
@@ -398,24 +425,6 @@ def tool_error_of(message: ToolMessage) -> ToolError | None:
     if message.status == "error" and isinstance(artifact, dict) and "tool_error" in artifact:
         return ToolError.model_validate(artifact["tool_error"])
     return None
-
-
-def _call_with_timeout(
-    execute: Callable[[ToolCallRequest], Any], request: ToolCallRequest, timeout: float
-) -> Any:
-    """Run a sync tool with a timeout. The worker thread cannot be killed: it is
-    abandoned, which is why a timed-out side effect is UNKNOWN, not TRANSIENT."""
-    context = contextvars.copy_context()
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="lgr-tool")
-    future = pool.submit(context.run, execute, request)
-    try:
-        return future.result(timeout=timeout)
-    except TimeoutError:
-        if future.done():
-            raise  # the tool itself raised TimeoutError
-        raise TimeoutError(f"tool did not finish within {timeout:g}s") from None
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -653,7 +662,11 @@ class GuardedToolNode:
         return self._raised(call, CircuitOpenError(key, retry_after), executed=False)
 
     def _run(
-        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+        self,
+        call: ToolCall,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Any],
+        effect: _Effect | None = None,
     ) -> ToolMessage | Command[Any]:
         timeout = self._timeout_for(call["name"])
         bulkhead = self._bulkheads.get(call["name"])
@@ -661,9 +674,14 @@ class GuardedToolNode:
             try:
                 if timeout is None:
                     return cast("ToolMessage | Command[Any]", execute(request))
-                return cast(
-                    "ToolMessage | Command[Any]", _call_with_timeout(execute, request, timeout)
+                result = run_with_timeout(
+                    execute,
+                    request,
+                    timeout,
+                    key=effect.key if effect else None,
+                    on_late=_late_outcome(effect) if effect else None,
                 )
+                return cast("ToolMessage | Command[Any]", result)
             except ToolInvocationError:
                 fixed = self._coerced(call)
                 if fixed is None:
@@ -672,7 +690,11 @@ class GuardedToolNode:
                 return _with_coercions(result, fixed)
 
     async def _arun(
-        self, call: ToolCall, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Any]
+        self,
+        call: ToolCall,
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Any],
+        effect: _Effect | None = None,
     ) -> ToolMessage | Command[Any]:
         timeout = self._timeout_for(call["name"])
         bulkhead = self._bulkheads.get(call["name"])
@@ -680,10 +702,13 @@ class GuardedToolNode:
             try:
                 if timeout is None:
                     return cast("ToolMessage | Command[Any]", await execute(request))
-                try:
-                    result = await asyncio.wait_for(execute(request), timeout)
-                except TimeoutError as exc:
-                    raise TimeoutError(f"tool did not finish within {timeout:g}s") from exc
+                result = await arun_with_timeout(
+                    execute,
+                    request,
+                    timeout,
+                    key=effect.key if effect else None,
+                    on_late=_alate_outcome(effect) if effect else None,
+                )
                 return cast("ToolMessage | Command[Any]", result)
             except ToolInvocationError:
                 fixed = self._coerced(call)
@@ -724,6 +749,7 @@ class GuardedToolNode:
             may_execute=call_id not in in_step.spent,
             approved=call_id in in_step.approved,
             told_before=in_step.told_before,
+            grace=self._timeout_for(call["name"]) or 0.0,
         )
 
     def _effect_flow(
@@ -748,6 +774,13 @@ class GuardedToolNode:
         if action == "unknown":
             raise OutcomeUnknownError(effect.key)
         if action == "check_status":
+            settled: Settled = yield "settle", effect.key
+            if settled == "running":
+                raise OutcomeUnknownError(effect.key, reason=_STILL_RUNNING)
+            if settled == "ended":  # its late outcome may be recorded by now
+                claim = yield "claim", None
+                if claim_action(claim, can_check_status=can_check) == "replay":
+                    return _replayed(call, claim.record.result, effect.key)
             status: EffectStatus = yield "status", effect.key
             if status.done:
                 yield "record", (effect.key, _jsonable(status.result))
@@ -799,6 +832,10 @@ class GuardedToolNode:
             if effect.profile.status_check is None:
                 yield "release", effect.key  # this call did not run
                 raise OutcomeUnknownError(sibling.key, earlier_call=True)
+            settled: Settled = yield "settle", sibling.key
+            if settled == "running":
+                yield "release", effect.key
+                raise OutcomeUnknownError(sibling.key, earlier_call=True, reason=_STILL_RUNNING)
             try:
                 status: EffectStatus = yield "status", sibling.key
             except OutcomeUnknownError as exc:
@@ -866,6 +903,8 @@ class GuardedToolNode:
             reply, error = None, None
             if op in _LEDGER_OPS:
                 reply = self._ledger(op, value, effect, call)
+            elif op == "settle":
+                reply = settle(value, effect.grace)
             elif op == "status":
                 try:
                     checked = _ask_status(effect, value)
@@ -883,7 +922,7 @@ class GuardedToolNode:
             elif op == "run":
                 with self._effect_context(call, effect) as keys:
                     try:
-                        reply = self._run(call, request, execute)
+                        reply = self._run(call, request, execute, effect)
                     except Exception as exc:  # handed to the flow, which re-raises it
                         error = exc
                     else:
@@ -911,6 +950,8 @@ class GuardedToolNode:
             reply, error = None, None
             if op in _LEDGER_OPS:
                 reply = await self._aledger(op, value, effect, call)
+            elif op == "settle":
+                reply = await asettle(value, effect.grace)
             elif op == "status":
                 try:
                     checked = _ask_status(effect, value)
@@ -923,7 +964,7 @@ class GuardedToolNode:
             elif op == "run":
                 with self._effect_context(call, effect) as keys:
                     try:
-                        reply = await self._arun(call, request, execute)
+                        reply = await self._arun(call, request, execute, effect)
                     except Exception as exc:  # handed to the flow, which re-raises it
                         error = exc
                     else:
