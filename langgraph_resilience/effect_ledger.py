@@ -89,8 +89,9 @@ class LedgerResolver:
         self.explicit_idempotency = idempotency
         self.explicit_saga = saga
         self.needed = needed
-        self._local = EffectLedger(
-            idempotency or InMemoryIdempotencyStore(), saga or InMemorySagaLog()
+        self._local = EffectLedger(  # `is None`: a store may define __len__ (empty: falsy)
+            InMemoryIdempotencyStore() if idempotency is None else idempotency,
+            InMemorySagaLog() if saga is None else saga,
         )
         self._chosen: weakref.WeakKeyDictionary[Any, EffectLedger] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -101,8 +102,10 @@ class LedgerResolver:
         return None
 
     def _with_explicit(self, ledger: EffectLedger) -> EffectLedger:
+        idempotency, saga = self.explicit_idempotency, self.explicit_saga
         return EffectLedger(
-            self.explicit_idempotency or ledger.idempotency, self.explicit_saga or ledger.saga
+            ledger.idempotency if idempotency is None else idempotency,
+            ledger.saga if saga is None else saga,
         )
 
     def resolve(self, config: RunnableConfig) -> EffectLedger | None:

@@ -20,8 +20,8 @@ Exception tree (the subclasses defined next to the code that raises them)::
     │   │   └── PlanCycleError          .cycle: the steps that depend on each other
     │   ├── PersistenceError            (persistence.py) cannot open the store; DSN redacted
     │   ├── LedgerUnavailableError      .operation: our own ledger failed; never the tool's
-    │   ├── ThreadBusyError             (persistence.py) another runner holds the thread
-    │   │   └── ThreadLockLostError     (persistence.py) this runner's lock died: it stopped
+    │   ├── ThreadBusyError             another runner holds the thread
+    │   │   └── ThreadLockLostError     this runner's lock died with its session: it stopped
     │   └── ThreadNotFoundError         (persistence.py) no checkpoint for the thread id
     ├── TimeoutError
     │   └── AttemptAbandoned            .grace: tool_timeout gave up; it may still land
@@ -49,6 +49,8 @@ __all__ = [
     "OutputValidationError",
     "ResilienceError",
     "ResilienceWarning",
+    "ThreadBusyError",
+    "ThreadLockLostError",
     "ToolGoneError",
     "RetryExhaustedError",
     "ToolError",
@@ -195,6 +197,37 @@ class ToolGoneError(ResilienceError):
         )
         self.tool = tool
         self.ago = ago
+
+
+class ThreadBusyError(ResilienceError):
+    """Another runner holds the thread's lock: running it too would fork the thread.
+
+    ``.thread_id`` names the thread. Wait for the other run, or lock with
+    ``wait=True`` (or a number of seconds) to queue behind it.
+    """
+
+    def __init__(self, thread_id: str, target: str = "") -> None:
+        where = f" ({target})" if target else ""
+        super().__init__(
+            f"thread {thread_id!r} is being run by another runner{where}; "
+            "wait for that run to finish, or lock with wait=True to queue behind it"
+        )
+        self.thread_id = thread_id
+
+
+class ThreadLockLostError(ThreadBusyError):
+    """This runner's thread lock died with its database session (a killed backend, an
+    idle timeout, a failover): it stopped before its next write, since another runner
+    may hold the thread now. Resume the thread again (under the lock) to continue."""
+
+    def __init__(self, thread_id: str, target: str = "") -> None:
+        where = f" ({target})" if target else ""
+        ResilienceError.__init__(
+            self,
+            f"the lock of thread {thread_id!r} was lost{where}: its database session ended, "
+            "so this run stopped before writing; resume the thread to continue",
+        )
+        self.thread_id = thread_id
 
 
 class LedgerUnavailableError(ResilienceError):

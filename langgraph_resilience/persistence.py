@@ -71,8 +71,6 @@ from typing import Any, Literal, TypeAlias, cast
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.pregel import Pregel
 from langgraph.store.base import BaseStore
@@ -84,7 +82,13 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from langgraph_resilience.effect_ledger import attach_ledger, sqlite_connect
-from langgraph_resilience.errors import ResilienceError
+from langgraph_resilience.errors import ResilienceError, ThreadBusyError
+from langgraph_resilience.fencing import (
+    AsyncFencedPostgresSaver,
+    Fence,
+    FencedPostgresSaver,
+    holding,
+)
 from langgraph_resilience.idempotency import (
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
@@ -125,22 +129,6 @@ __all__ = [
 class PersistenceError(ResilienceError):
     """The checkpointer or store could not be opened; the message names the target
     with any password redacted."""
-
-
-class ThreadBusyError(ResilienceError):
-    """Another runner holds the thread's lock: running it too would fork the thread.
-
-    ``.thread_id`` names the thread. Wait for the other run, or lock with
-    ``wait=True`` (or a number of seconds) to queue behind it.
-    """
-
-    def __init__(self, thread_id: str, target: str = "") -> None:
-        where = f" ({target})" if target else ""
-        super().__init__(
-            f"thread {thread_id!r} is being run by another runner{where}; "
-            "wait for that run to finish, or lock with wait=True to queue behind it"
-        )
-        self.thread_id = thread_id
 
 
 class ThreadNotFoundError(ResilienceError):
@@ -277,7 +265,7 @@ def _breaker_store_class(name: str) -> Any:
 
 def _postgres_persistence(pool: ConnectionPool[Any], shown: str) -> Persistence:
     p = Persistence(
-        checkpointer=PostgresSaver(pool),
+        checkpointer=FencedPostgresSaver(pool),
         store=PostgresStore(pool),
         pool=pool,
         target=shown,
@@ -326,6 +314,7 @@ def open_postgres(
         kwargs=POSTGRES_CONNECTION_KWARGS,
         open=False,
         name="langgraph-resilience",
+        check=ConnectionPool.check_connection,  # a server restart breaks idle connections
     )
     try:
         with probe:
@@ -351,7 +340,7 @@ def open_postgres(
 
 def _apostgres_persistence(pool: AsyncConnectionPool[Any], shown: str) -> Persistence:
     p = Persistence(
-        checkpointer=AsyncPostgresSaver(pool),
+        checkpointer=AsyncFencedPostgresSaver(pool),
         store=AsyncPostgresStore(pool),
         pool=pool,
         target=shown,
@@ -403,6 +392,7 @@ async def aopen_postgres(
         kwargs=POSTGRES_CONNECTION_KWARGS,
         open=False,
         name="langgraph-resilience",
+        check=AsyncConnectionPool.check_connection,  # a restart breaks idle connections
     )
     try:
         async with probe:
@@ -441,6 +431,8 @@ _LOCK_SQL = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS locked"
 _LOCK_WAIT_SQL = "SELECT pg_advisory_lock(hashtextextended(%s, 0)), true AS locked"
 _UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 _POLL_SECONDS = 0.01
+LOCK_APPLICATION_NAME = "langgraph-resilience-lock"
+"""The ``application_name`` of the sessions holding thread locks (``pg_stat_activity``)."""
 
 
 def _lock_name(thread_id: str) -> str:
@@ -494,6 +486,8 @@ class _LockSession:
         self.shown = redact(conninfo if conninfo is not None else conn.info.dsn)
         self._mutex = threading.Lock()
         self.held: set[str] = set()
+        self.generation = 0
+        """Grows with every reconnect: a lock taken in an older generation died with it."""
 
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is not None and not self._conn.closed:
@@ -501,10 +495,33 @@ class _LockSession:
         if self._conninfo is None:
             raise PersistenceError(f"the lock connection to {self.shown} is closed")
         try:
-            self._conn = psycopg.connect(self._conninfo, autocommit=True)
+            self._conn = psycopg.connect(
+                self._conninfo, autocommit=True, application_name=LOCK_APPLICATION_NAME
+            )
         except psycopg.Error as exc:
             raise _connect_error(self.shown, exc) from None
+        self.generation += 1
         return self._conn
+
+    def fence(self, thread_id: str) -> Fence:
+        """The fence of a lock just taken: alive while this session (this generation of
+        its connection) is, and the lock still held by this process."""
+        generation = self.generation
+
+        def alive() -> bool:
+            with self._mutex:
+                conn = self._conn
+                if self.generation != generation or thread_id not in self.held:
+                    return False
+                if conn is None or conn.closed:
+                    return False
+                try:
+                    conn.execute("SELECT 1")
+                except psycopg.Error:
+                    return False
+                return True
+
+        return Fence(thread_id, alive, self.shown)
 
     def try_acquire(self, thread_id: str) -> None:
         """``pg_try_advisory_lock``; `ThreadBusyError` when anyone else holds it."""
@@ -612,6 +629,17 @@ async def _apg_wait(
         raise ThreadBusyError(thread_id, shown) from None
 
 
+def _alive(conn: psycopg.Connection[Any]) -> bool:
+    """Whether a dedicated lock connection still answers (its session holds the lock)."""
+    if conn.closed:
+        return False
+    try:
+        conn.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
 def _lock_file(path: pathlib.Path, thread_id: str) -> pathlib.Path:
     digest = hashlib.sha256(thread_id.encode("utf-8")).hexdigest()[:32]
     return pathlib.Path(f"{path}.locks") / f"{digest}.lock"
@@ -702,7 +730,8 @@ def thread_lock(
         else:
             session.try_acquire(thread_id)
         try:
-            yield
+            with holding(session.fence(thread_id)):
+                yield
         finally:
             session.release(thread_id)
         return
@@ -713,7 +742,8 @@ def thread_lock(
         raise _connect_error(shown, exc) from None
     with conn:  # a dedicated session for the wait; closing it releases the lock
         _pg_wait(conn, thread_id, wait, shown)
-        yield
+        with holding(Fence(thread_id, lambda: _alive(conn), shown)):
+            yield
 
 
 @contextlib.asynccontextmanager
@@ -760,8 +790,10 @@ async def athread_lock(
     if kind == "local" or wait is False or kind == "conn":
         entered = thread_lock(target, thread_id, wait=wait)
         await asyncio.to_thread(entered.__enter__)
-        try:
-            yield
+        try:  # the fence was set in the worker's context: set it in this one too
+            fence = _session_for(kind, where).fence(thread_id) if kind != "local" else None
+            with holding(fence) if fence is not None else contextlib.nullcontext():
+                yield
         finally:
             await asyncio.to_thread(entered.__exit__, None, None, None)
         return

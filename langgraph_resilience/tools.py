@@ -51,11 +51,13 @@ from langgraph_resilience.errors import (
     FailureClass,
     LedgerUnavailableError,
     OutputValidationError,
+    ThreadLockLostError,
     ToolError,
     ToolFailure,
     ToolGoneError,
 )
 from langgraph_resilience.events import Event, emit, logger
+from langgraph_resilience.fencing import acheck_fence, check_fence
 from langgraph_resilience.idempotency import (
     Claim,
     CompensationReport,
@@ -264,7 +266,8 @@ def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False
 
 
 _EffectOp = tuple[
-    Literal["claim", "siblings", "settle", "status", "record", "release", "run", "saga"], Any
+    Literal["fence", "claim", "siblings", "settle", "status", "record", "release", "run", "saga"],
+    Any,
 ]
 """One I/O step of `GuardedToolNode._effect_flow` and its argument (a key, or for
 ``record`` a ``(key, result)`` pair)."""
@@ -321,6 +324,9 @@ def _alate_outcome(effect: _Effect) -> Callable[[Any], Awaitable[Any]]:
     store, key = effect.ledger.idempotency, effect.key
     return lambda result: store.arecord_outcome(key, _outcome_of(result))
 
+
+_NOT_THE_TOOLS = (ConfigurationError, LedgerUnavailableError, ThreadLockLostError)
+"""Our own misconfiguration, ledger or lock: never the tool's failure, always raised."""
 
 _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, _NotDoneError)
 """Refusals raised before the tool ran: they spend no attempt."""
@@ -573,11 +579,14 @@ class GuardedToolNode:
         self.can_escalate = can_escalate
         self.breaker = breaker
         self._counted = breaker.counted_classes if breaker is not None else frozenset()
-        self.breaker_store: BreakerStore = breaker_store or InMemoryBreakerStore()
-        self.retry_budget = retry_budget
-        self.retry_budget_store = retry_budget_store or (
-            InMemoryRetryBudgetStore() if retry_budget is not None else None
+        # `is None`, not `or`: a store may define __len__, and an empty one is falsy
+        self.breaker_store: BreakerStore = (
+            InMemoryBreakerStore() if breaker_store is None else breaker_store
         )
+        self.retry_budget = retry_budget
+        self.retry_budget_store = retry_budget_store
+        if retry_budget_store is None and retry_budget is not None:
+            self.retry_budget_store = InMemoryRetryBudgetStore()
         effects = any(p.side_effect for p in self.profiles.values())
         self.idempotency = idempotency
         """The ledger passed to add_resilience, if any (else: see `effect_ledger`)."""
@@ -764,34 +773,28 @@ class GuardedToolNode:
         it: done answers this call too, not done releases it, and without a
         status_check this call does not run. Then run the tool once, releasing the key
         when it certainly did nothing, and record what happened."""
+        yield "fence", None  # a runner that lost its thread lock claims nothing
         claim: Claim = yield "claim", None
         can_check = effect.profile.status_check is not None
         action = claim_action(claim, can_check_status=can_check)
         if action == "replay":
             return _replayed(call, claim.record.result, effect.key)
-        if action in ("unknown", "check_status") and effect.approved:
-            action = "execute"  # a human vouched that running it again is right
+        if action == "unknown" and effect.approved:
+            action = "execute"  # nothing can be asked; a human vouched for running it
         if action == "unknown":
             raise OutcomeUnknownError(effect.key)
-        if action == "check_status":
-            settled: Settled = yield "settle", effect.key
-            if settled == "running":
-                raise OutcomeUnknownError(effect.key, reason=_STILL_RUNNING)
-            if settled == "ended":  # its late outcome may be recorded by now
-                claim = yield "claim", None
-                if claim_action(claim, can_check_status=can_check) == "replay":
-                    return _replayed(call, claim.record.result, effect.key)
-            status: EffectStatus = yield "status", effect.key
-            if status.done:
-                yield "record", (effect.key, _jsonable(status.result))
-                return _replayed(call, status.result, effect.key, reconciled=True)
-            if not effect.may_execute:
-                yield "release", effect.key
-                raise _NotDoneError(effect.key)
-        else:
-            earlier = yield from self._reconcile_earlier(call, effect)
-            if earlier is not None:
-                return earlier
+        reconciled = yield from (
+            self._reconcile_own(call, effect)
+            if action == "check_status"
+            else self._reconcile_earlier(call, effect)
+        )
+        if reconciled is not None:
+            return reconciled
+        try:
+            yield "fence", None
+        except ThreadLockLostError:
+            yield "release", effect.key  # claimed, never run: the new holder runs it
+            raise
         try:
             result_: ToolMessage | Command[Any] = yield "run", None
         except GraphBubbleUp:
@@ -817,6 +820,30 @@ class GuardedToolNode:
         return result_
 
     @staticmethod
+    def _reconcile_own(
+        call: ToolCall, effect: _Effect
+    ) -> Generator[_EffectOp, Any, ToolMessage | None]:
+        """This call's own intent has no outcome (a crash, a lost answer): wait out an
+        attempt still in flight, then ask the service. Done: answered with its result.
+        Not done: run it once more, if attempts are left (None), else it is exhausted."""
+        can_check = effect.profile.status_check is not None
+        settled: Settled = yield "settle", effect.key
+        if settled == "running":
+            raise OutcomeUnknownError(effect.key, reason=_STILL_RUNNING)
+        if settled == "ended":  # its late outcome may be recorded by now
+            claim: Claim = yield "claim", None
+            if claim_action(claim, can_check_status=can_check) == "replay":
+                return _replayed(call, claim.record.result, effect.key)
+        status: EffectStatus = yield "status", effect.key
+        if status.done:
+            yield "record", (effect.key, _jsonable(status.result))
+            return _replayed(call, status.result, effect.key, reconciled=True)
+        if not effect.may_execute and not effect.approved:
+            yield "release", effect.key
+            raise _NotDoneError(effect.key)
+        return None
+
+    @staticmethod
     def _reconcile_earlier(
         call: ToolCall, effect: _Effect
     ) -> Generator[_EffectOp, Any, ToolMessage | None]:
@@ -826,10 +853,10 @@ class GuardedToolNode:
         (no status_check, or it failed): this call does not run."""
         siblings: list[IdempotencyRecord] = yield "siblings", None
         for sibling in siblings:
-            if effect.approved:
-                yield "release", sibling.key
-                continue
             if effect.profile.status_check is None:
+                if effect.approved:  # nothing can be asked; a human vouched for running it
+                    yield "release", sibling.key
+                    continue
                 yield "release", effect.key  # this call did not run
                 raise OutcomeUnknownError(sibling.key, earlier_call=True)
             settled: Settled = yield "settle", sibling.key
@@ -905,6 +932,11 @@ class GuardedToolNode:
                 reply = self._ledger(op, value, effect, call)
             elif op == "settle":
                 reply = settle(value, effect.grace)
+            elif op == "fence":
+                try:
+                    check_fence(effect.thread_id)
+                except ThreadLockLostError as exc:
+                    error = exc
             elif op == "status":
                 try:
                     checked = _ask_status(effect, value)
@@ -952,6 +984,11 @@ class GuardedToolNode:
                 reply = await self._aledger(op, value, effect, call)
             elif op == "settle":
                 reply = await asettle(value, effect.grace)
+            elif op == "fence":
+                try:
+                    await acheck_fence(effect.thread_id)
+                except ThreadLockLostError as exc:
+                    error = exc
             elif op == "status":
                 try:
                     checked = _ask_status(effect, value)
@@ -1058,7 +1095,7 @@ class GuardedToolNode:
         try:
             effect = self._effect(call, request)
             result = self._checked(call, self._once(call, request, execute, effect))
-        except (GraphBubbleUp, ConfigurationError, LedgerUnavailableError, *_NOT_EXECUTED) as exc:
+        except (GraphBubbleUp, *_NOT_THE_TOOLS, *_NOT_EXECUTED) as exc:
             # our own misconfiguration or ledger is never the tool's failure
             if admitted is not None and self.breaker is not None:
                 self.breaker_store.release(
@@ -1100,7 +1137,7 @@ class GuardedToolNode:
         try:
             effect = self._effect(call, request)
             result = self._checked(call, await self._aonce(call, request, execute, effect))
-        except (GraphBubbleUp, ConfigurationError, LedgerUnavailableError, *_NOT_EXECUTED) as exc:
+        except (GraphBubbleUp, *_NOT_THE_TOOLS, *_NOT_EXECUTED) as exc:
             # our own misconfiguration or ledger is never the tool's failure
             if admitted is not None and self.breaker is not None:
                 await self.breaker_store.arelease(
@@ -1486,6 +1523,8 @@ class GuardedToolNode:
             )
             if call_id in batch.loop_keys:
                 record["loop_key"] = batch.loop_keys[call_id]
+            if call_id not in refused:
+                record.pop("approved", None)  # a human's retry buys one more execution
             if call_id in batch.rerouted:
                 self._note_reroute(step, slot, record, batch.rerouted[call_id])
             if call_id not in refused:

@@ -1,0 +1,99 @@
+"""Fencing: a runner whose thread-lock session died stops before it writes again, so a
+second runner that takes the lock is the only one that goes on (no fork, no double pay)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+
+from langgraph_resilience import ThreadLockLostError, open_postgres, thread_lock
+from langgraph_resilience.fencing import check_fence
+from langgraph_resilience.persistence import LOCK_APPLICATION_NAME
+
+WORKER = pathlib.Path(__file__).with_name("fence_worker.py")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+def kill_lock_sessions(dsn: str) -> int:
+    """pg_terminate_backend every thread-lock session on the test's database."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND datname = current_database()",
+            (LOCK_APPLICATION_NAME,),
+        ).fetchall()
+    return len(rows)
+
+
+def test_a_lost_lock_is_noticed_at_the_next_fence(pg_dsn: str) -> None:
+    """The lock's session is killed: the holder's fence says so; a second runner may lock."""
+    with open_postgres(pg_dsn) as p, thread_lock(p, "t1"):
+        check_fence("t1")  # held: fine
+        assert kill_lock_sessions(pg_dsn) == 1
+        with pytest.raises(ThreadLockLostError):
+            check_fence("t1")
+        config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        with pytest.raises(ThreadLockLostError):
+            p.checkpointer.put_writes(config, [("x", 1)], "task")
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _result(process: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    return dict(json.loads(out))
+
+
+def run_scenario(dsn: str, tmp: pathlib.Path, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A blocks in its lookup under the lock; its lock session is killed; B resumes the
+    thread and finishes it; then A is released. Returns (A's result, B's result)."""
+    thread, release = uuid.uuid4().hex, tmp / f"release-{uuid.uuid4().hex}"
+    common = ["--dsn", dsn, "--thread", thread, "--mode", mode]
+    first = _spawn("start", *common, "--block", str(release))
+    blocked = release.with_suffix(".blocked")
+    deadline = time.monotonic() + 60
+    while not blocked.exists():
+        assert first.poll() is None, first.communicate()[1]
+        assert time.monotonic() < deadline, "the first runner never reached its lookup"
+        time.sleep(0.02)  # polling another process's marker file
+    assert kill_lock_sessions(dsn) == 1
+    second = _result(_spawn("resume", *common))
+    release.write_text("go")
+    return _result(first), second
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_runner_that_lost_its_lock_stops_and_the_thread_pays_once(
+    pg_dsn: str, tmp_path: pathlib.Path, mode: str
+) -> None:
+    """The second runner pays and finishes; the first stops at its next write: one payment."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE payments (id serial PRIMARY KEY, key text, amount int)")
+
+    first, second = run_scenario(pg_dsn, tmp_path, mode)
+
+    assert second == {"last": "paid"}
+    assert first == {"lost": True}
+    with psycopg.connect(pg_dsn) as conn:
+        payments = conn.execute("SELECT count(*) FROM payments").fetchone()
+    assert payments == (1,)
