@@ -85,6 +85,7 @@ import math
 import re
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
@@ -107,6 +108,7 @@ from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.policy import seconds
 
 __all__ = [
+    "DEFAULT_MAX_ENTRIES",
     "Admission",
     "AsyncPostgresBreakerStore",
     "BreakerConfig",
@@ -819,6 +821,47 @@ class BreakerStore(Protocol):
         ...
 
 
+DEFAULT_MAX_ENTRIES = 10_000
+"""How many keys an in-process breaker or retry-budget store holds by default."""
+
+
+def _max_entries(value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigurationError(f"max_entries must be None or an int >= 1, got {value!r}")
+    return value
+
+
+def _evict_lru(
+    states: OrderedDict[str, Any], limit: int, keep: str, rules: tuple[Callable[[Any], bool], ...]
+) -> None:
+    """Bring `states` (least recently used first) from over `limit` down to a tenth
+    below it, so the scan is paid once per limit/10 new keys. Each rule in turn picks
+    victims in LRU order; `keep` (the key just written) is never one, nor any entry
+    no rule accepts."""
+    excess = len(states) - (limit - limit // 10)
+    for rule in rules:
+        if excess <= 0:
+            return
+        victims = []
+        for key, value in states.items():
+            if key != keep and rule(value):
+                victims.append(key)
+                if len(victims) == excess:
+                    break
+        for key in victims:
+            del states[key]
+        excess -= len(victims)
+
+
+def _forgettable(state: BreakerState, now: float) -> bool:
+    """A closed breaker whose window holds no outcome at `now`: forgetting it loses nothing
+    (it is exactly the fresh breaker an unknown key gets)."""
+    if state.status != "closed":
+        return False
+    window = state.window
+    return window is None or window.evict(now).calls == 0
+
+
 class InMemoryBreakerStore:
     """The default store: breakers of one process, thread-safe.
 
@@ -826,14 +869,47 @@ class InMemoryBreakerStore:
     a microsecond), never across the tool call, so callers never serialize on a
     slow tool. The async methods are the same non-blocking code.
 
+    It holds at most `max_entries` keys (`DEFAULT_MAX_ENTRIES`; None: no bound),
+    so a key per user, host or model name cannot grow it forever. A breaker back
+    to fresh (closed, nothing in its window) is not stored at all; when a new key
+    exceeds the bound, breakers are forgotten down to a tenth below it: the least
+    recently used closed ones whose window is empty first, then the least recently
+    used closed ones (losing their recent outcomes, which at worst delays a trip).
+    An open or half-open breaker is never forgotten: while every key is one, the
+    store grows past the bound rather than close a breaker early.
+
     >>> store = InMemoryBreakerStore()
     >>> store.acquire("search", BreakerConfig(), now=0.0).allowed
     True
     """
 
-    def __init__(self) -> None:
-        self._states: dict[str, BreakerState] = {}
+    def __init__(self, *, max_entries: int | None = DEFAULT_MAX_ENTRIES) -> None:
+        self._states: OrderedDict[str, BreakerState] = OrderedDict()
+        """Stored breakers, least recently used first."""
         self._lock = threading.Lock()
+        self.max_entries = _max_entries(max_entries)
+
+    def __len__(self) -> int:
+        """The breakers held (a fresh closed one is not held)."""
+        with self._lock:
+            return len(self._states)
+
+    def _store(self, key: str, state: BreakerState, now: float) -> None:
+        """Write `state` as the most recently used; a fresh breaker is dropped instead.
+        Called with the lock held."""
+        states = self._states
+        if state.status == "closed" and state.window is None:
+            states.pop(key, None)
+            return
+        if key in states:
+            states[key] = state
+            states.move_to_end(key)
+            return
+        states[key] = state
+        limit = self.max_entries
+        if limit is not None and len(states) > limit:
+            rules = (lambda s: _forgettable(s, now), lambda s: s.status == "closed")
+            _evict_lru(states, limit, key, rules)
 
     def acquire(self, key: str, cfg: BreakerConfig, now: float) -> Admission:
         with self._lock:
@@ -841,7 +917,7 @@ class InMemoryBreakerStore:
             if state.status == "closed":  # the hot path: nothing to write
                 return _ADMITTED
             admission, new, transition = admit(state, cfg, now)
-            self._states[key] = new
+            self._store(key, new, now)
         if transition is not None:
             _emit(key, transition)
         return admission
@@ -860,7 +936,7 @@ class InMemoryBreakerStore:
             new, transition = record(
                 self._states.get(key, CLOSED), cfg, now, outcome, probe=probe, duration=duration
             )
-            self._states[key] = new
+            self._store(key, new, now)
         if transition is not None:
             _emit(key, transition)
         return transition
@@ -869,7 +945,7 @@ class InMemoryBreakerStore:
         if not probe:
             return
         with self._lock:
-            self._states[key] = release(self._states.get(key, CLOSED), cfg, now)
+            self._store(key, release(self._states.get(key, CLOSED), cfg, now), now)
 
     def snapshot(self, key: str) -> BreakerState:
         with self._lock:
@@ -1561,30 +1637,61 @@ class InMemoryRetryBudgetStore:
     `try_withdraw` before scheduling a TRANSIENT retry; False means "do not
     retry" (report the budget as exhausted).
 
+    It holds at most `max_entries` keys (`DEFAULT_MAX_ENTRIES`; None: no bound).
+    When a new key exceeds it, buckets are forgotten down to a tenth below it: the
+    least recently used ones that have refilled to full first (a full bucket is
+    what an unknown key gets: nothing is lost), then the least recently used ones
+    (each starts full again: at most `max_tokens` more retries for that key).
+
     >>> budgets = InMemoryRetryBudgetStore()
     >>> budgets.try_withdraw("search", RetryBudget(), now=0.0)
     True
     """
 
-    def __init__(self) -> None:
-        self._states: dict[str, RetryBudgetState] = {}
+    def __init__(self, *, max_entries: int | None = DEFAULT_MAX_ENTRIES) -> None:
+        self._states: OrderedDict[str, tuple[RetryBudgetState, RetryBudget]] = OrderedDict()
+        """Each key's bucket and the budget it was last used with, least recently used first."""
         self._lock = threading.Lock()
+        self.max_entries = _max_entries(max_entries)
+
+    def __len__(self) -> int:
+        """The buckets held."""
+        with self._lock:
+            return len(self._states)
+
+    def _get(self, key: str) -> RetryBudgetState:
+        held = self._states.get(key)
+        return _FULL if held is None else held[0]
+
+    def _store(self, key: str, state: RetryBudgetState, cfg: RetryBudget, now: float) -> None:
+        states = self._states
+        new = key not in states
+        states[key] = (state, cfg)
+        states.move_to_end(key)
+        limit = self.max_entries
+        if new and limit is not None and len(states) > limit:
+            rules = (
+                lambda held: _refilled(held[0], held[1], now) >= held[1].max_tokens,
+                lambda _: True,
+            )
+            _evict_lru(states, limit, key, rules)
 
     def deposit(self, key: str, cfg: RetryBudget, now: float) -> None:
         """A first attempt was made."""
         with self._lock:
-            self._states[key] = budget_deposit(self._states.get(key, _FULL), cfg, now)
+            self._store(key, budget_deposit(self._get(key), cfg, now), cfg, now)
 
     def try_withdraw(self, key: str, cfg: RetryBudget, now: float) -> bool:
         """May one retry be made now? Takes the token when it may."""
         with self._lock:
-            granted, self._states[key] = budget_withdraw(self._states.get(key, _FULL), cfg, now)
+            granted, state = budget_withdraw(self._get(key), cfg, now)
+            self._store(key, state, cfg, now)
         return granted
 
     def snapshot(self, key: str) -> RetryBudgetState:
         """The stored state (a full bucket for an unknown key)."""
         with self._lock:
-            return self._states.get(key, _FULL)
+            return self._get(key)
 
     async def adeposit(self, key: str, cfg: RetryBudget, now: float) -> None:
         """Async `deposit`."""

@@ -1028,10 +1028,12 @@ def _updated(text: str | None) -> str:
 
 
 def _thread_row(session: Session, args: argparse.Namespace, thread_id: str) -> dict[str, Any]:
-    """Where one thread stands, as a row of `threads`."""
+    """Where one thread stands, as a row of `threads`: one read of its latest state."""
     try:
-        status = thread_status(session.app, thread_id, persistence=session.persistence)
         snapshot = session.app.get_state(_config(thread_id))
+        status = thread_status(
+            session.app, thread_id, persistence=session.persistence, snapshot=snapshot
+        )
     except (ValueError, KeyError, TypeError) as exc:  # e.g. another graph's thread
         return {"thread_id": thread_id, "state": "unreadable", "why": _one_line(exc)}
     values = snapshot.values
@@ -1055,11 +1057,12 @@ def _thread_row(session: Session, args: argparse.Namespace, thread_id: str) -> d
 
 
 def cmd_threads(args: argparse.Namespace, out: Output) -> int:
-    """List the threads in the store with where each stands."""
+    """List the threads in the store with where each stands, most recent first: one
+    query lists them (`list_threads`), then one state read per thread listed."""
     with _session(args) as s:
         found = [
             _thread_row(s, args, thread_id)
-            for thread_id in list_threads(s.persistence.checkpointer)
+            for thread_id in list_threads(s.persistence.checkpointer, limit=args.limit)
         ]
         if out.json:
             out.document({"target": s.persistence.target, "threads": found})
@@ -1145,6 +1148,16 @@ answers it later, from any process.
 """
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``langgraph-resilience`` command."""
     common = _Parser(add_help=False)
@@ -1185,7 +1198,14 @@ def build_parser() -> argparse.ArgumentParser:
         "threads",
         parents=[common],
         help="list threads and where each stands",
-        description="List the threads in the store: done, interrupted (why), failed, stopped.",
+        description="List the threads in the store, most recently written first: done, "
+        "interrupted (why), failed, stopped.",
+    )
+    threads.add_argument(
+        "--limit",
+        type=_positive_int,
+        metavar="N",
+        help="only the N most recently written threads (default: all)",
     )
     threads.set_defaults(handler=cmd_threads, seed=7)
 

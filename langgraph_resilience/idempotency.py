@@ -61,6 +61,36 @@ runs only `failed_items(...)`, each claimed under its own `RedoItem.key`.
 ``pending`` only means "crashed" when one runner owns the thread: take the
 per-thread lock (`langgraph_resilience.persistence.thread_lock`) for every run,
 or a second live runner would reconcile the first one's in-flight call.
+
+Retention
+---------
+The ledger keeps every record until you delete it: nothing is purged
+automatically. ``store.purge(older_than)`` (``apurge``; also
+`langgraph_resilience.persistence.Persistence.purge`) deletes the records
+whose outcome (``done`` or ``failed``) was recorded more than `older_than` ago
+(`DEFAULT_RETENTION`, 30 days, when not given), in batches, through an index on
+``updated_at``. Run it from a scheduled job, e.g. daily.
+
+Why deleting an old completed record is safe: a record only matters to a
+*replay* of its own call, i.e. a thread resumed from a checkpoint taken before
+that call was answered (a crash or an interrupt in the tools step). Once the
+call is answered, its thread's checkpoint holds the answer, and no run of the
+thread asks the ledger again. What the retention bounds is therefore the time
+a thread may still be resumed from before the call's answer: a replay of that
+exact call after the record was purged finds no record and runs the effect
+again (a compensation re-run after its ``comp:`` record was purged likewise
+compensates again). So choose a retention longer than the longest time any
+thread may sit crashed, interrupted or waiting for a human before it is
+resumed (or compensated); 30 days is a conservative default, not a guarantee.
+
+``pending`` records (an intent with no outcome: UNKNOWN) are never purged, at
+any age: they are what reconciliation needs, and deleting one would let the
+next claim run an effect that may already have happened. ``list_pending(older_than)``
+lists them, oldest first, for an operator to reconcile (``status_check``, or a
+human) or release.
+
+`InMemoryIdempotencyStore` can also bound itself (``max_entries=``, ``ttl=``),
+evicting only completed records, least recently used first, never a pending one.
 """
 
 from __future__ import annotations
@@ -71,8 +101,10 @@ import datetime as dt
 import hashlib
 import inspect
 import json
+import math
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -97,6 +129,7 @@ from langgraph_resilience.clock import Clock, SystemClock
 from langgraph_resilience.redaction import redact, redact_value
 
 __all__ = [
+    "DEFAULT_RETENTION",
     "AsyncPostgresIdempotencyStore",
     "AsyncPostgresSagaLog",
     "Claim",
@@ -140,6 +173,37 @@ ClaimAction = Literal["execute", "replay", "check_status", "unknown"]
 
 _KEY_VERSION = "lgr-idem-1"
 _CLAIM_RETRIES = 5
+
+DEFAULT_RETENTION = dt.timedelta(days=30)
+"""How long `IdempotencyStore.purge` keeps a completed record by default. It must
+exceed the longest time a thread may be resumed (or compensated) after a crash,
+an interrupt or a wait for a human; see "Retention" in the module docs."""
+
+_PURGE_BATCH = 10_000
+"""Rows deleted per statement by the SQL backends' `purge`: short transactions."""
+
+
+def _seconds(value: float | dt.timedelta, *, field: str, positive: bool) -> float:
+    """A duration as finite seconds: > 0 when `positive`, else >= 0."""
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+    ok = (
+        not isinstance(seconds, bool)
+        and isinstance(seconds, int | float)
+        and math.isfinite(seconds)
+        and (seconds > 0 if positive else seconds >= 0)
+    )
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        raise ValueError(
+            f"{field} must be a number of seconds or a timedelta {bound}, got {value!r}"
+        )
+    return float(seconds)
+
+
+def _limit(limit: int | None) -> int | None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be None or an int >= 1, got {limit!r}")
+    return limit
 
 
 # ------------------------------------------------------------------ keys
@@ -387,6 +451,19 @@ class IdempotencyStore(Protocol):
         """Every record of one thread, oldest first."""
         ...
 
+    def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Delete the records whose outcome (``done`` or ``failed``) was recorded more
+        than `older_than` (seconds or a timedelta, > 0) ago; never a ``pending`` one.
+        Returns how many were deleted. Only when called: see "Retention"."""
+        ...
+
+    def list_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """The intents with no outcome (UNKNOWN) claimed at least `older_than` ago,
+        oldest first: what an operator reconciles. `purge` never deletes them."""
+        ...
+
     async def aclaim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
@@ -413,6 +490,16 @@ class IdempotencyStore(Protocol):
 
     async def afor_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Async `for_thread`."""
+        ...
+
+    async def apurge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Async `purge`."""
+        ...
+
+    async def alist_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """Async `list_pending`."""
         ...
 
 
@@ -490,6 +577,17 @@ class InMemoryIdempotencyStore:
     It is not durable: a crash forgets every intent. Values are stored as JSON
     text, so it accepts and returns exactly what the durable backends do.
 
+    Unbounded by default (like the durable tables: nothing is forgotten unless
+    you ask). A long-lived process bounds it with `max_entries` (records kept)
+    and/or `ttl` (seconds, or a timedelta, a completed record is kept after it
+    was last written or replayed). Both evict only *completed* records (``done``
+    or ``failed``), least recently used first, on the next write; a ``pending``
+    record (outcome UNKNOWN) is never evicted, so pending records alone may
+    exceed `max_entries`. An evicted record is forgotten exactly as `purge`
+    forgets one: a replay of its call after that runs again, so keep `ttl`
+    above the longest time a thread of this process may wait before it is
+    resumed (see "Retention" in the module docs).
+
     >>> store = InMemoryIdempotencyStore()
     >>> store.claim("k", tool="pay", args_json="{}", thread_id="t").state
     'new'
@@ -497,10 +595,56 @@ class InMemoryIdempotencyStore:
     'pending'
     """
 
-    def __init__(self, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        max_entries: int | None = None,
+        ttl: float | dt.timedelta | None = None,
+    ) -> None:
+        if max_entries is not None and (
+            isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1
+        ):
+            raise ValueError(f"max_entries must be None or an int >= 1, got {max_entries!r}")
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._rows: dict[str, tuple[IdempotencyRecord, str | None]] = {}
+        self._completed: OrderedDict[str, float] = OrderedDict()
+        """Completed keys, least recently used first, with when they were last used."""
+        self.max_entries = max_entries
+        self.ttl = None if ttl is None else _seconds(ttl, field="ttl", positive=True)
+
+    def __len__(self) -> int:
+        """The records held (pending and completed)."""
+        with self._lock:
+            return len(self._rows)
+
+    def _touch(self, key: str, now: float) -> None:
+        """Mark a completed record as just used (the LRU order of eviction)."""
+        if key in self._completed:
+            self._completed[key] = now
+            self._completed.move_to_end(key)
+
+    def _evict(self, now: float, keep: str | None = None) -> None:
+        """Drop completed records past `ttl`, then the least recently used ones while
+        over `max_entries` (never `keep`, the record just written). Pending records
+        are never candidates."""
+        completed = self._completed
+        if self.ttl is not None:
+            horizon = now - self.ttl
+            while completed:
+                key, used = next(iter(completed.items()))
+                if used > horizon:
+                    break
+                del completed[key]
+                self._rows.pop(key, None)
+        if self.max_entries is not None:
+            while len(self._rows) > self.max_entries and completed:
+                key = next(iter(completed))
+                if key == keep:
+                    break
+                del completed[key]
+                self._rows.pop(key, None)
 
     def setup(self) -> None:
         """Nothing to create."""
@@ -520,9 +664,11 @@ class InMemoryIdempotencyStore:
         args = json.loads(_audit_args(args_json))
         with self._lock:
             existing = self._load(key)
+            clock_now = self._clock.time()
             if existing is not None:
+                self._touch(key, clock_now)
                 return Claim("pending" if existing.status == "pending" else "done", existing)
-            now = _utc(self._clock.time())
+            now = _utc(clock_now)
             record = IdempotencyRecord(
                 key=key,
                 status="pending",
@@ -534,6 +680,7 @@ class InMemoryIdempotencyStore:
                 fingerprint=fingerprint,
             )
             self._rows[key] = (record, None)
+            self._evict(clock_now)
             return Claim("new", record)
 
     def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
@@ -555,14 +702,19 @@ class InMemoryIdempotencyStore:
         text = _dumps(result, what="result")
         with self._lock:
             existing = self._load(key)
+            clock_now = self._clock.time()
             if existing is not None and existing.status != "pending":
+                self._touch(key, clock_now)
                 return existing
-            now = _utc(self._clock.time())
+            now = _utc(clock_now)
             base = existing or IdempotencyRecord(key=key, status="pending", created_at=now)
             record = dataclasses.replace(base, status=status, result=None, updated_at=now)
             self._rows[key] = (record, text)
+            self._completed[key] = clock_now
+            self._completed.move_to_end(key)
             loaded = self._load(key)
             assert loaded is not None
+            self._evict(clock_now, keep=key)
             return loaded
 
     def release(self, key: str) -> bool:
@@ -572,18 +724,57 @@ class InMemoryIdempotencyStore:
             if existing is None or existing[0].status == "done":
                 return False
             del self._rows[key]
+            self._completed.pop(key, None)
             return True
 
     def get(self, key: str) -> IdempotencyRecord | None:
         """The record of `key`, or None."""
         with self._lock:
-            return self._load(key)
+            record = self._load(key)
+            if record is not None:
+                self._touch(key, self._clock.time())
+            return record
 
     def for_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Every record of one thread, oldest first."""
         with self._lock:
             keys = [k for k, (r, _) in self._rows.items() if r.thread_id == thread_id]
             return [r for k in keys if (r := self._load(k)) is not None]
+
+    def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Delete the completed records whose outcome is older than `older_than`."""
+        horizon = _utc(self._clock.time() - _seconds(older_than, field="older_than", positive=True))
+        with self._lock:
+            gone = [
+                key
+                for key, (record, _) in self._rows.items()
+                if record.status != "pending"
+                and record.updated_at is not None
+                and record.updated_at < horizon
+            ]
+            for key in gone:
+                del self._rows[key]
+                self._completed.pop(key, None)
+            return len(gone)
+
+    def list_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """The pending intents claimed at least `older_than` ago, oldest first."""
+        seconds = _seconds(older_than, field="older_than", positive=False)
+        limit = _limit(limit)
+        horizon = _utc(self._clock.time() - seconds)
+        with self._lock:
+            found = sorted(
+                (
+                    record
+                    for record, _ in self._rows.values()
+                    if record.status == "pending"
+                    and (record.created_at is None or record.created_at <= horizon)
+                ),
+                key=lambda r: (r.created_at or horizon, r.key),
+            )
+        return found if limit is None else found[:limit]
 
     async def aclaim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
@@ -614,6 +805,16 @@ class InMemoryIdempotencyStore:
     async def afor_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Async `for_thread`."""
         return self.for_thread(thread_id)
+
+    async def apurge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Async `purge`."""
+        return self.purge(older_than)
+
+    async def alist_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """Async `list_pending`."""
+        return self.list_pending(older_than, limit=limit)
 
 
 class InMemorySagaLog:
@@ -704,6 +905,11 @@ _PG_IDEMPOTENCY_DDL = (
     "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
     "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
     "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
+    # `purge`: completed rows by age. On a large table created by an earlier version,
+    # create it beforehand with CREATE INDEX CONCURRENTLY (same name) to avoid
+    # blocking writes while it builds; this statement is then a no-op.
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
+    "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
 )
 
 _PG_SAGA_DDL = (
@@ -771,6 +977,30 @@ _PG_UNRESOLVED = (
     "AND fingerprint = %(fingerprint)s AND status = 'pending' ORDER BY created_at, key"
 )
 _PG_RELEASE = "DELETE FROM lgr_idempotency WHERE key = %(key)s AND status <> 'done' RETURNING key"
+# One batch of `purge`: completed rows older than the retention, oldest first, through
+# lgr_idempotency_completed_idx; locked rows (a concurrent purge) are skipped. A pending
+# row never qualifies, and the outer WHERE re-checks it on the row version it deletes.
+_PG_PURGE = """
+WITH gone AS (
+    DELETE FROM lgr_idempotency
+    WHERE key IN (
+        SELECT key FROM lgr_idempotency
+        WHERE status IN ('done', 'failed')
+          AND updated_at < now() - make_interval(secs => %(seconds)s)
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )
+    AND status IN ('done', 'failed')
+    RETURNING 1
+)
+SELECT count(*) AS n FROM gone
+"""
+_PG_LIST_PENDING = (
+    f"SELECT {_COLUMNS} FROM lgr_idempotency WHERE status = 'pending' "
+    "AND created_at <= now() - make_interval(secs => %(seconds)s) "
+    "ORDER BY created_at, key LIMIT %(limit)s"
+)
 
 _SAGA_COLUMNS = "seq, thread_id, key, tool, action, status, detail, at"
 _PG_SAGA_APPEND = f"""
@@ -844,6 +1074,28 @@ def _outcome_script(
             if rows:
                 return dialect.record_of(rows[0])
     raise _lost_claim(key)
+
+
+def _purge_script(query: str, params: Mapping[str, Any]) -> Script:
+    """Delete completed records in batches until a batch comes back short."""
+    total = 0
+    while True:
+        rows = yield query, {**params, "batch": _PURGE_BATCH}
+        deleted = int(rows[0]["n"]) if rows else 0
+        total += deleted
+        if deleted < _PURGE_BATCH:
+            return total
+
+
+def _purge_params(older_than: float | dt.timedelta) -> dict[str, Any]:
+    return {"seconds": _seconds(older_than, field="older_than", positive=True)}
+
+
+def _pending_params(older_than: float | dt.timedelta, limit: int | None) -> dict[str, Any]:
+    return {
+        "seconds": _seconds(older_than, field="older_than", positive=False),
+        "limit": _limit(limit),
+    }
 
 
 def _run_script(script: Script, rows: Callable[[str, Mapping[str, Any]], SequenceABC[Any]]) -> Any:
@@ -1077,6 +1329,20 @@ class PostgresIdempotencyStore(_SyncPostgres, _OutcomeMode):
         """Every record of one thread, oldest first."""
         return [_record_of(r) for r in self._rows(_PG_FOR_THREAD, {"thread_id": thread_id})]
 
+    def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Delete the completed records whose outcome is older than `older_than` (by the
+        server's clock), in batches of 10,000 rows; never a pending one."""
+        return cast(
+            "int", _run_script(_purge_script(_PG_PURGE, _purge_params(older_than)), self._rows)
+        )
+
+    def list_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """The pending intents claimed at least `older_than` ago, oldest first."""
+        rows = self._rows(_PG_LIST_PENDING, _pending_params(older_than, limit))
+        return [_record_of(r) for r in rows]
+
     async def aclaim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
@@ -1111,6 +1377,16 @@ class PostgresIdempotencyStore(_SyncPostgres, _OutcomeMode):
     async def afor_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Async `for_thread`, in a worker thread."""
         return await asyncio.to_thread(self.for_thread, thread_id)
+
+    async def apurge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Async `purge`, in a worker thread."""
+        return await asyncio.to_thread(self.purge, older_than)
+
+    async def alist_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """Async `list_pending`, in a worker thread."""
+        return await asyncio.to_thread(self.list_pending, older_than, limit=limit)
 
 
 class AsyncPostgresIdempotencyStore(_AsyncPostgres, _OutcomeMode):
@@ -1164,6 +1440,19 @@ class AsyncPostgresIdempotencyStore(_AsyncPostgres, _OutcomeMode):
         rows = await self._rows(_PG_FOR_THREAD, {"thread_id": thread_id})
         return [_record_of(r) for r in rows]
 
+    async def apurge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Delete the completed records whose outcome is older than `older_than` (by the
+        server's clock), in batches of 10,000 rows; never a pending one."""
+        script = _purge_script(_PG_PURGE, _purge_params(older_than))
+        return cast("int", await _arun_script(script, self._rows))
+
+    async def alist_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """The pending intents claimed at least `older_than` ago, oldest first."""
+        rows = await self._rows(_PG_LIST_PENDING, _pending_params(older_than, limit))
+        return [_record_of(r) for r in rows]
+
     def claim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
@@ -1196,6 +1485,17 @@ class AsyncPostgresIdempotencyStore(_AsyncPostgres, _OutcomeMode):
     def for_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Sync `afor_thread`, from a thread other than the store's event loop."""
         return cast("list[IdempotencyRecord]", self._sync(self.afor_thread(thread_id)))
+
+    def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Sync `apurge`, from a thread other than the store's event loop."""
+        return cast("int", self._sync(self.apurge(older_than)))
+
+    def list_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """Sync `alist_pending`, from a thread other than the store's event loop."""
+        coro = self.alist_pending(older_than, limit=limit)
+        return cast("list[IdempotencyRecord]", self._sync(coro))
 
 
 class PostgresSagaLog(_SyncPostgres):
@@ -1355,6 +1655,24 @@ _SQLITE_UNRESOLVED_INDEX = (
     "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'"
 )
 _SQLITE_RELEASE = "DELETE FROM lgr_idempotency WHERE key = :key AND status <> 'done' RETURNING key"
+_SQLITE_COMPLETED_INDEX = (
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
+    "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')"
+)
+_SQLITE_PURGE = """
+DELETE FROM lgr_idempotency
+WHERE key IN (
+    SELECT key FROM lgr_idempotency
+    WHERE status IN ('done', 'failed') AND updated_at < :horizon
+    ORDER BY updated_at
+    LIMIT :batch
+)
+AND status IN ('done', 'failed')
+"""
+_SQLITE_LIST_PENDING = (
+    f"SELECT {_COLUMNS} FROM lgr_idempotency WHERE status = 'pending' "
+    "AND created_at <= :horizon ORDER BY created_at, key LIMIT :limit"
+)
 _SQLITE_SAGA_APPEND = f"""
 INSERT INTO lgr_saga (thread_id, key, tool, action, status, detail, at)
 VALUES (:thread_id, :key, :tool, :action, :status, :detail, :now)
@@ -1407,6 +1725,7 @@ class _Sqlite:
             if "fingerprint" not in columns:
                 self.conn.execute("ALTER TABLE lgr_idempotency ADD COLUMN fingerprint TEXT")
             self.conn.execute(_SQLITE_UNRESOLVED_INDEX)
+            self.conn.execute(_SQLITE_COMPLETED_INDEX)
 
     def _rows(self, query: str, params: Mapping[str, Any]) -> list[sqlite3.Row]:
         with self._lock:
@@ -1415,6 +1734,14 @@ class _Sqlite:
             if self.conn.in_transaction:
                 self.conn.commit()
             return rows
+
+    def _count(self, query: str, params: Mapping[str, Any]) -> int:
+        """Run one write statement; how many rows it changed."""
+        with self._lock:
+            changed = self.conn.execute(query, params).rowcount
+            if self.conn.in_transaction:
+                self.conn.commit()
+            return changed
 
 
 class SqliteIdempotencyStore(_Sqlite):
@@ -1459,6 +1786,27 @@ class SqliteIdempotencyStore(_Sqlite):
         """Every record of one thread, oldest first."""
         return [_sqlite_record(r) for r in self._rows(_SQLITE_FOR_THREAD, {"thread_id": thread_id})]
 
+    def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Delete the completed records whose outcome is older than `older_than` (by the
+        store's clock), in batches of 10,000 rows; never a pending one."""
+        seconds = _seconds(older_than, field="older_than", positive=True)
+        params = {"horizon": self._clock.time() - seconds, "batch": _PURGE_BATCH}
+        total = 0
+        while True:
+            deleted = self._count(_SQLITE_PURGE, params)
+            total += deleted
+            if deleted < _PURGE_BATCH:
+                return total
+
+    def list_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """The pending intents claimed at least `older_than` ago, oldest first."""
+        seconds = _seconds(older_than, field="older_than", positive=False)
+        limit = _limit(limit)
+        params = {"horizon": self._clock.time() - seconds, "limit": -1 if limit is None else limit}
+        return [_sqlite_record(r) for r in self._rows(_SQLITE_LIST_PENDING, params)]
+
     async def aclaim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
@@ -1493,6 +1841,16 @@ class SqliteIdempotencyStore(_Sqlite):
     async def afor_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Async `for_thread`, in a worker thread."""
         return await asyncio.to_thread(self.for_thread, thread_id)
+
+    async def apurge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Async `purge`, in a worker thread."""
+        return await asyncio.to_thread(self.purge, older_than)
+
+    async def alist_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """Async `list_pending`, in a worker thread."""
+        return await asyncio.to_thread(self.list_pending, older_than, limit=limit)
 
 
 class SqliteSagaLog(_Sqlite):

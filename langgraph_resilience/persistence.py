@@ -16,7 +16,11 @@ yields a `Persistence`, so compiling is::
 
 Then `resume` / `aresume` continue a thread from its last checkpoint (after a
 crash, or after an interrupt with ``Command(resume=...)``), `thread_status`
-says where a thread stands and `list_threads` lists them.
+says where a thread stands and `list_threads` lists them (one query on the
+Postgres and SQLite savers, whatever the number of checkpoints).
+`Persistence.purge` deletes the ledger's old completed records, only when
+called; `Persistence.list_pending` lists its intents of unknown outcome (see
+"Retention" in `langgraph_resilience.idempotency`).
 
 One runner per thread: open-source LangGraph has no per-thread lock, so two
 workers resuming the same ``thread_id`` fork it. `thread_lock` holds a
@@ -54,6 +58,7 @@ import asyncio
 import atexit
 import contextlib
 import dataclasses
+import datetime as dt
 import fcntl
 import hashlib
 import importlib
@@ -71,6 +76,8 @@ from typing import Any, Literal, TypeAlias, cast
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.pregel import Pregel
 from langgraph.store.base import BaseStore
@@ -90,6 +97,7 @@ from langgraph_resilience.fencing import (
     holding,
 )
 from langgraph_resilience.idempotency import (
+    DEFAULT_RETENTION,
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
     IdempotencyRecord,
@@ -177,6 +185,33 @@ class Persistence:
     ) -> contextlib.AbstractAsyncContextManager[None]:
         """`athread_lock` on this persistence's backend."""
         return athread_lock(self, thread_id, wait=wait)
+
+    def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Delete the ledger's completed records older than `older_than` (30 days by
+        default); never a pending one. `IdempotencyStore.purge`, whose "Retention"
+        docs say how long to keep them: longer than any thread may wait to be resumed.
+
+        >>> with open_postgres(dsn) as p:  # doctest: +SKIP
+        ...     deleted = p.purge(dt.timedelta(days=30))   # e.g. from a daily job
+        """
+        return self.idempotency.purge(older_than)
+
+    async def apurge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
+        """Async `purge`."""
+        return await self.idempotency.apurge(older_than)
+
+    def list_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """The ledger's intents of unknown outcome claimed at least `older_than` ago,
+        oldest first (`IdempotencyStore.list_pending`): what an operator reconciles."""
+        return self.idempotency.list_pending(older_than, limit=limit)
+
+    async def alist_pending(
+        self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
+    ) -> list[IdempotencyRecord]:
+        """Async `list_pending`."""
+        return await self.idempotency.alist_pending(older_than, limit=limit)
 
 
 POSTGRES_CONNECTION_KWARGS: dict[str, Any] = {
@@ -966,14 +1001,18 @@ def thread_status(
     *,
     persistence: Persistence | None = None,
     config: RunnableConfig | None = None,
+    snapshot: StateSnapshot | None = None,
 ) -> ThreadStatus:
     """Where a thread stands: done, interrupted (payload), failed (error), running,
     pending (where it stopped), with its ledger summary.
 
     With `persistence` the status also counts the thread's side-effect intents
     and tells ``running`` (someone holds the thread lock) from ``pending``.
+    Pass the thread's latest `snapshot` when you already read it
+    (``app.get_state``): the state is then not read again.
     """
-    snapshot = app.get_state(_thread_config(thread_id, config))
+    if snapshot is None:
+        snapshot = app.get_state(_thread_config(thread_id, config))
     records = persistence.idempotency.for_thread(thread_id) if persistence else None
     busy = False
     if persistence is not None and _might_run(snapshot):
@@ -991,9 +1030,11 @@ async def athread_status(
     *,
     persistence: Persistence | None = None,
     config: RunnableConfig | None = None,
+    snapshot: StateSnapshot | None = None,
 ) -> ThreadStatus:
     """Async `thread_status`."""
-    snapshot = await app.aget_state(_thread_config(thread_id, config))
+    if snapshot is None:
+        snapshot = await app.aget_state(_thread_config(thread_id, config))
     records = await persistence.idempotency.afor_thread(thread_id) if persistence else None
     busy = False
     if persistence is not None and _might_run(snapshot):
@@ -1005,25 +1046,111 @@ async def athread_status(
     return _status_of(thread_id, snapshot, records=records, busy=busy)
 
 
-def list_threads(checkpointer: BaseCheckpointSaver[Any]) -> list[str]:
-    """Distinct thread ids with a checkpoint, most recently written first.
+# The latest root checkpoint of each thread, newest first, in one statement over the
+# primary key (thread_id, checkpoint_ns, checkpoint_id) of LangGraph's `checkpoints`
+# table (the same in PostgresSaver's and SqliteSaver's schema). Checkpoint ids are
+# time-ordered (uuid6), so the greatest is the one written last.
+_LATEST_SQL = (
+    "SELECT thread_id, max(checkpoint_id) AS latest FROM checkpoints "
+    "WHERE checkpoint_ns = '' GROUP BY thread_id ORDER BY latest DESC, thread_id"
+)
+_PG_LATEST_SQL = _LATEST_SQL + " LIMIT %s"
+_SQLITE_LATEST_SQL = _LATEST_SQL + " LIMIT ?"
 
-    It walks ``checkpointer.list(None)``, i.e. every checkpoint: fine for the
-    CLI and notebooks, not for a hot path on a large database.
+
+def _check_limit(limit: int | None) -> int | None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be None or an int >= 0, got {limit!r}")
+    return limit
+
+
+def _pg_threads(saver: PostgresSaver, limit: int | None) -> list[str]:
+    with saver._cursor() as cur:
+        cur.execute(_PG_LATEST_SQL, (limit,))
+        return [str(row["thread_id"]) for row in cur.fetchall()]
+
+
+async def _apg_threads(saver: AsyncPostgresSaver, limit: int | None) -> list[str]:
+    async with saver._cursor() as cur:
+        await cur.execute(_PG_LATEST_SQL, (limit,))
+        return [str(row["thread_id"]) for row in await cur.fetchall()]
+
+
+def _sqlite_threads(saver: SqliteSaver, limit: int | None) -> list[str]:
+    with saver.cursor(transaction=False) as cur:
+        cur.execute(_SQLITE_LATEST_SQL, (-1 if limit is None else limit,))
+        return [str(row[0]) for row in cur.fetchall()]
+
+
+class _Latest:
+    """The generic walk: the greatest root checkpoint id seen per thread."""
+
+    def __init__(self) -> None:
+        self.latest: dict[str, str] = {}
+
+    def add(self, config: RunnableConfig) -> None:
+        configurable = config.get("configurable") or {}
+        thread_id = configurable.get("thread_id")
+        if thread_id is None or configurable.get("checkpoint_ns", "") != "":
+            return
+        thread, checkpoint_id = str(thread_id), str(configurable.get("checkpoint_id") or "")
+        if thread not in self.latest or checkpoint_id > self.latest[thread]:
+            self.latest[thread] = checkpoint_id
+
+    def threads(self, limit: int | None) -> list[str]:
+        ordered = sorted(self.latest.items(), key=lambda item: item[0])
+        ordered.sort(key=lambda item: item[1], reverse=True)  # stable: ties by thread id
+        return [thread for thread, _ in ordered[:limit]]
+
+
+def list_threads(checkpointer: BaseCheckpointSaver[Any], *, limit: int | None = None) -> list[str]:
+    """Distinct thread ids with a checkpoint, most recently written first (by each
+    thread's latest checkpoint), at most `limit` of them.
+
+    On LangGraph's `PostgresSaver` and `SqliteSaver` it is one statement on the
+    saver's own pool or connection: ``SELECT thread_id, max(checkpoint_id) ...
+    GROUP BY thread_id`` over the ``checkpoints`` table's primary key, reading
+    no checkpoint body (1,000 threads of 50 checkpoints: milliseconds). An
+    `AsyncPostgresSaver` runs the same statement on its event loop (call this
+    from another thread, or use `alist_threads`). Any other checkpointer is
+    walked through ``checkpointer.list(None)``, i.e. every checkpoint.
     """
-    seen: dict[str, None] = {}
+    limit = _check_limit(limit)
+    if isinstance(checkpointer, PostgresSaver):
+        return _pg_threads(checkpointer, limit)
+    if isinstance(checkpointer, SqliteSaver):
+        return _sqlite_threads(checkpointer, limit)
+    if isinstance(checkpointer, AsyncPostgresSaver):
+        try:
+            on_loop = asyncio.get_running_loop() is checkpointer.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            raise asyncio.InvalidStateError(
+                "list_threads on an AsyncPostgresSaver from its own event loop would block "
+                "it; use `await alist_threads(checkpointer)`"
+            )
+        future = asyncio.run_coroutine_threadsafe(
+            _apg_threads(checkpointer, limit), checkpointer.loop
+        )
+        return future.result()
+    latest = _Latest()
     for item in checkpointer.list(None):
-        thread_id = (item.config.get("configurable") or {}).get("thread_id")
-        if thread_id is not None:
-            seen.setdefault(str(thread_id), None)
-    return list(seen)
+        latest.add(item.config)
+    return latest.threads(limit)
 
 
-async def alist_threads(checkpointer: BaseCheckpointSaver[Any]) -> list[str]:
-    """Async `list_threads` (``checkpointer.alist(None)``)."""
-    seen: dict[str, None] = {}
+async def alist_threads(
+    checkpointer: BaseCheckpointSaver[Any], *, limit: int | None = None
+) -> list[str]:
+    """Async `list_threads`: one statement on an `AsyncPostgresSaver` (or, in a worker
+    thread, on a `PostgresSaver` / `SqliteSaver`), else ``checkpointer.alist(None)``."""
+    limit = _check_limit(limit)
+    if isinstance(checkpointer, AsyncPostgresSaver):
+        return await _apg_threads(checkpointer, limit)
+    if isinstance(checkpointer, PostgresSaver | SqliteSaver):
+        return await asyncio.to_thread(list_threads, checkpointer, limit=limit)
+    latest = _Latest()
     async for item in checkpointer.alist(None):
-        thread_id = (item.config.get("configurable") or {}).get("thread_id")
-        if thread_id is not None:
-            seen.setdefault(str(thread_id), None)
-    return list(seen)
+        latest.add(item.config)
+    return latest.threads(limit)

@@ -1,0 +1,66 @@
+"""`langgraph-resilience threads`: one listing query, then one state read per listed
+thread, newest first; ``--limit N`` keeps the newest N. Run in this process through
+`main(argv, stdout=..., stderr=...)` on the embedded SQLite file (the 1,000-thread
+Postgres case is tests/postgres/test_thread_listing.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+from typing import Any
+
+import pytest
+from langgraph.pregel import Pregel
+
+from langgraph_resilience.cli import main
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(args), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_the_threads_command_reads_one_state_per_listed_thread(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Demo threads, newest first; --limit keeps the newest N; one get_state per row."""
+    state = str(tmp_path / "state")
+    for thread_id in ("first", "second", "third"):
+        code, _, err = _cli("demo", "--state-dir", state, "--thread-id", thread_id, "--json")
+        assert code == 0, err
+    reads: list[str] = []
+    get_state = Pregel.get_state
+
+    def counted(self: Any, config: Any, **kwargs: Any) -> Any:
+        reads.append(config["configurable"]["thread_id"])
+        return get_state(self, config, **kwargs)
+
+    monkeypatch.setattr(Pregel, "get_state", counted)
+
+    code, out, err = _cli("threads", "--json", "--state-dir", state)
+    assert code == 0, err
+    rows = json.loads(out)["threads"]
+    assert [r["thread_id"] for r in rows] == ["third", "second", "first"]
+    assert {r["state"] for r in rows} == {"done"}
+    assert sorted(reads) == ["first", "second", "third"]
+
+    reads.clear()
+    code, out, err = _cli("threads", "--json", "--limit", "2", "--state-dir", state)
+    assert code == 0, err
+    assert [r["thread_id"] for r in json.loads(out)["threads"]] == ["third", "second"]
+    assert sorted(reads) == ["second", "third"]
+
+    code, out, err = _cli("threads", "--limit", "1", "--state-dir", state)
+    assert code == 0, err
+    assert "third" in out
+    assert "first" not in out
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many"])
+def test_the_threads_command_refuses_a_bad_limit(tmp_path: pathlib.Path, bad: str) -> None:
+    code, _, err = _cli("threads", "--limit", bad, "--state-dir", str(tmp_path))
+    assert code == 2
+    assert "--limit: expected a whole number >= 1" in err
+    assert len(err.strip().splitlines()) == 1
