@@ -31,13 +31,29 @@ on) and partial success (only part of a batch is executed). Tool removal and
 schema drift are permanent once they fire.
 
 A `ChaosTool` also keeps what a benchmark needs to judge a framework from the
-outside: attempts per tool-call id and per identical call, calls after the tool
+outside: attempts per logical call and per identical call, calls after the tool
 was removed, calls while a breaker *should* be open, and recovery latency on the
 virtual clock. "Should be open" is decided by a shadow breaker per tool: the
 package's own pure breaker (`breaker.admit` / `breaker.record`) with the
 `BreakerConfig` given to `inject`, fed with the outcomes the tool really saw. A
 call it would have refused counts in ``calls_while_open``, whatever framework
 made it.
+
+The shadow counts *logical calls*, as the package's breakers do (see
+`BreakerConfig`): one outcome per call when it leaves the tool, a success if any
+attempt succeeded, else the failure of its last attempt; attempts that are
+retried on the same tool report nothing, and a half-open probe reports at once.
+A logical call is a tool-call id within the caller's *epoch* (`inject`'s
+`epoch`, e.g. the agent's reply count: providers that number ids per message
+reuse ``call_0`` every turn), and an attempt without an id is a call of its own.
+The harness cannot see when a framework gives up on a call, so it takes the
+first evidence that the call has left its tool: its id reaching another tool of
+the same `inject` (a fallback), an attempt from a later epoch (the agent's next
+turn) or, without an epoch, from a later LangGraph step. Before that, its
+failure is not counted: a framework that keeps retrying one call within a turn
+is judged by the attempt budget, not as "calls while open". The shadows are
+replayed from the call log when they are read, so that evidence may come after
+the attempt it settles.
 """
 
 from __future__ import annotations
@@ -111,6 +127,21 @@ class FaultKind:
 _DEGRADED = frozenset({"malformed_output", "wrong_output", "partial_success"})
 
 
+class ConnectTimeout(TimeoutError):
+    """Stands in for ``httpx.ConnectTimeout`` where httpx is not installed (same name,
+    so classifiers that go by the exception's type name treat it the same)."""
+
+
+def _connect_timeout(tool: str) -> Exception:
+    """The error an HTTP client raises when it could not even connect: httpx's own."""
+    try:
+        import httpx  # noqa: PLC0415 - optional: only the benchmark's extras install it
+    except ImportError:  # pragma: no cover - httpx comes with langchain-core's langsmith
+        return ConnectTimeout(f"timed out while connecting to {tool}")
+    request = httpx.Request("POST", f"https://chaos.test/{tool}")
+    return httpx.ConnectTimeout("timed out while connecting", request=request)
+
+
 def _status(code: int, **kwargs: Any) -> Callable[[str], Fault]:
     return lambda _tool: Fault.status(code, **kwargs)
 
@@ -159,6 +190,13 @@ FAULT_KINDS: Mapping[str, FaultKind] = dict(
         _kind("http_403", _P, _status(403), "403 Forbidden"),
         _kind("http_404", _ST, _status(404), "404 Not Found (once)"),
         _kind("timeout", _T, lambda _t: Fault.timeout(), "timeout before executing"),
+        _kind(
+            "connect_timeout",
+            _T,
+            lambda tool: Fault.raises(_connect_timeout(tool)),
+            "httpx.ConnectTimeout: the request never left the client (safe to retry, even a "
+            "side effect)",
+        ),
         _kind(
             "timeout_after_commit",
             _U,
@@ -438,7 +476,7 @@ class FaultPlan:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CallLog:
-    """What happened to one call that reached a `ChaosTool`."""
+    """What happened to one call that reached a `ChaosTool` (one attempt)."""
 
     index: int
     call_id: str | None
@@ -447,6 +485,26 @@ class CallLog:
     ok: bool
     executed: bool
     at: float
+    """Virtual monotonic time when the attempt ended."""
+    seq: int = 0
+    """Arrival order among every tool of the same `inject` call."""
+    step: int | None = None
+    """The LangGraph super-step it ran in (``langgraph_step``), None outside a graph."""
+    epoch: int | None = None
+    """The caller's epoch when it arrived (`inject`'s `epoch`), None without one."""
+    started: float = 0.0
+    """Wall-clock time (``clock.time()``) when it arrived: what a breaker is asked at."""
+    outcome: FailureClass | None = None
+    """What a breaker is told of this attempt: None for a success (degraded output
+    included: the upstream answered), else the failure's class."""
+
+    @property
+    def logical(self) -> tuple[str | None, int | None, int | None]:
+        """The logical call it is an attempt of: its tool-call id within its epoch (an
+        attempt without an id is a call of its own)."""
+        if self.call_id:
+            return self.call_id, self.epoch, None
+        return None, None, self.seq
 
 
 @dataclasses.dataclass(slots=True)
@@ -457,8 +515,135 @@ class _Call:
     kind: FaultKind | None
     fault: Fault | None
     started: float
-    probe: bool | None
-    """The shadow breaker's admission: None refused, else whether it was a probe."""
+    seq: int
+    step: int | None
+    epoch: int | None
+    wall: float
+
+
+@dataclasses.dataclass(slots=True)
+class _Shadow:
+    """One tool's shadow breaker, as replayed over the attempts it saw."""
+
+    while_open: int = 0
+    opens: int = 0
+
+
+class _Group:
+    """The tools of one `inject` call: one arrival order and one epoch, so the shadow
+    breakers can tell when a logical call has left its tool (see `ChaosTool`)."""
+
+    def __init__(self, epoch: Callable[[], int] | None) -> None:
+        self.epoch = epoch
+        self.tools: list[ChaosTool] = []
+        self._next = 0
+        self._lock = threading.Lock()
+        self._cache: tuple[int, dict[str, _Shadow]] | None = None
+
+    def arrive(self) -> tuple[int, int | None]:
+        """A sequence number for an arriving attempt, and the epoch it arrives in."""
+        with self._lock:
+            seq = self._next
+            self._next += 1
+        return seq, (self.epoch() if self.epoch is not None else None)
+
+    def shadows(self) -> dict[str, _Shadow]:
+        """Every tool's shadow breaker, replayed (cached until an attempt is logged)."""
+        logged = sum(len(t._log) for t in self.tools)
+        with self._lock:
+            if self._cache is not None and self._cache[0] == logged:
+                return self._cache[1]
+        shadows = _replay(self.tools)
+        with self._lock:
+            self._cache = (logged, shadows)
+        return shadows
+
+
+_Logical = tuple[str, str | None, int | None, int | None]
+
+
+def _settle_points(entries: Sequence[tuple[CallLog, ChaosTool]]) -> dict[int, list[_Logical]]:
+    """For each logical call, the first attempt (by index into `entries`) that shows it had
+    left its tool by then: after its last attempt there, the same call id on another
+    tool (its fallback), or an attempt from a later epoch (the caller's next turn); or,
+    without an epoch, an attempt from a later LangGraph step (an attempt outside a
+    graph ends its call). A call settles before that attempt is admitted."""
+    last: dict[_Logical, int] = {}
+    for i, (entry, tool) in enumerate(entries):
+        last[(tool.name, *entry.logical)] = i
+    points: dict[int, list[_Logical]] = {}
+    for logical, i in last.items():
+        entry, tool = entries[i]
+        for j in range(i + 1, len(entries)):
+            later, other = entries[j]
+            if entry.epoch is not None and later.epoch is not None:
+                left = later.epoch > entry.epoch
+            else:
+                left = entry.step is None or later.step is None or later.step > entry.step
+            if left or (
+                entry.call_id is not None
+                and later.call_id == entry.call_id
+                and later.epoch == entry.epoch
+                and other.name != tool.name
+            ):
+                points.setdefault(j, []).append(logical)
+                break
+    return points
+
+
+def _replay(tools: Sequence[ChaosTool]) -> dict[str, _Shadow]:
+    """Feed each tool's shadow breaker one outcome per logical call, as the package's
+    breakers are fed: a success when an attempt succeeds, or the last attempt's failure
+    once the call has left the tool (`_settle_points`); a half-open probe decides at
+    once. An attempt the shadow refuses counts in ``while_open`` and tells it nothing."""
+    entries = sorted(
+        ((entry, tool) for tool in tools for entry in tool._log), key=lambda pair: pair[0].seq
+    )
+    points = _settle_points(entries)
+    states: dict[str, BreakerState] = {}
+    shadows = {tool.name: _Shadow() for tool in tools}
+    configs = {tool.name: tool._breaker for tool in tools}
+    pending: dict[_Logical, FailureClass] = {}
+    reported: set[_Logical] = set()
+
+    def tell(name: str, now: float, outcome: FailureClass | None, *, probe: bool) -> None:
+        cfg = configs[name]
+        if cfg is None:
+            return
+        states[name], transition = record(
+            states.get(name, BreakerState()), cfg, now, outcome, probe=probe
+        )
+        if transition is not None and transition.target == "open":
+            shadows[name].opens += 1
+
+    for j, (entry, tool) in enumerate(entries):
+        for logical in points.get(j, ()):
+            if logical in pending:
+                tell(logical[0], entry.started, pending.pop(logical), probe=False)
+                reported.add(logical)
+        cfg = configs[tool.name]
+        if cfg is None:
+            continue
+        admission, states[tool.name], _ = admit(
+            states.get(tool.name, BreakerState()), cfg, entry.started
+        )
+        if not admission.allowed:
+            shadows[tool.name].while_open += 1
+            continue
+        logical = (tool.name, *entry.logical)
+        if admission.probe:
+            tell(tool.name, entry.started, entry.outcome, probe=True)
+            pending.pop(logical, None)
+            reported.add(logical)
+        elif logical in reported:
+            continue  # its outcome was told already (e.g. a succeeded call run again)
+        elif entry.outcome is None:
+            tell(tool.name, entry.started, None, probe=False)
+            pending.pop(logical, None)
+            reported.add(logical)
+        else:
+            pending[logical] = entry.outcome
+    return shadows
 
 
 @dataclasses.dataclass(slots=True)
@@ -512,7 +697,13 @@ class ChaosTool(FaultyTool):
 
     It is a `testing.FaultyTool` whose per-call fault comes from the plan's
     schedules instead of a list: ``calls`` and ``executions`` mean the same,
-    and ``log`` holds one `CallLog` per call.
+    and ``log`` holds one `CallLog` per call (attempt).
+
+    ``calls_while_open`` and ``shadow_opens`` come from the shadow breaker, which
+    counts logical calls as the package's breakers do (module docstring): for
+    example a call that fails twice and then succeeds reports one success, and
+    a call the framework gives up on after three failed attempts reports one
+    failure, once the next turn (or its fallback) shows it has left the tool.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -527,11 +718,10 @@ class ChaosTool(FaultyTool):
     _renamed: dict[str, str] = PrivateAttr(default_factory=dict)
     _removed_at: int | None = PrivateAttr(default=None)
     _breaker: BreakerConfig | None = PrivateAttr(default=None)
-    _shadow: BreakerState = PrivateAttr(default_factory=BreakerState)
+    _group: _Group = PrivateAttr(default_factory=lambda: _Group(None))
     _pending: dict[str, float] = PrivateAttr(default_factory=dict)
     _log: list[CallLog] = PrivateAttr(default_factory=list)
     _after_removal: int = PrivateAttr(default=0)
-    _while_open: int = PrivateAttr(default=0)
     _latencies: list[float] = PrivateAttr(default_factory=list)
     _chaos_lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
@@ -545,9 +735,11 @@ class ChaosTool(FaultyTool):
         latency: float = 0.05,
         timeout: float = 5.0,
         breaker: BreakerConfig | None = None,
+        epoch: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(inner)
         self._breaker = breaker
+        self._join(_Group(epoch))
         self._specs = [s for s in plan.specs if s.applies_to(inner.name)]
         self._cursors = [
             _Cursor(random.Random(f"{seed}:{i}:{inner.name}"))
@@ -584,7 +776,18 @@ class ChaosTool(FaultyTool):
     @property
     def calls_while_open(self) -> int:
         """Calls the shadow breaker would have refused (0 without a `BreakerConfig`)."""
-        return self._while_open
+        return self._group.shadows()[self.name].while_open
+
+    @property
+    def shadow_opens(self) -> int:
+        """Times the shadow breaker opened (0 without a `BreakerConfig`)."""
+        return self._group.shadows()[self.name].opens
+
+    def _join(self, group: _Group) -> None:
+        if self in self._group.tools:
+            self._group.tools.remove(self)
+        self._group = group
+        group.tools.append(self)
 
     @property
     def recovery_latencies(self) -> list[float]:
@@ -649,32 +852,26 @@ class ChaosTool(FaultyTool):
     def _now(self) -> float:
         return self._clock.time() if self._clock is not None else 0.0
 
-    def _admit(self) -> bool | None:
-        """Ask the shadow breaker about this call: None refused, else the probe flag."""
-        if self._breaker is None:
-            return False
-        admission, self._shadow, _ = admit(self._shadow, self._breaker, self._now())
-        if not admission.allowed:
-            self._while_open += 1
-            return None
-        return admission.probe
-
-    def _begin(self, value: str | dict[str, Any] | ToolCall) -> _Call:
+    def _begin(
+        self, value: str | dict[str, Any] | ToolCall, config: RunnableConfig | None
+    ) -> _Call:
         args, call_id = _raw_args(value)
+        step = (config or {}).get("metadata", {}).get("langgraph_step")
+        seq, epoch = self._group.arrive()
         with self._chaos_lock:
             index = self._calls
             self._calls += 1
             if self._removed_at is not None:
                 self._after_removal += 1
-            probe = self._admit()
             kind, fault = self._decide(index, args)
-        started = 0.0
+        started, wall = 0.0, self._now()
         if self._clock is not None:
             started = self._clock.monotonic()
             self._clock.advance(self._latency)
-            if kind is not None and kind.name in ("timeout", "timeout_after_commit"):
+            if kind is not None and kind.name in _TIMEOUTS:
                 self._clock.advance(self._timeout)
-        return _Call(index, call_id, self._key(args), kind, fault, started, probe)
+        step = step if isinstance(step, int) else None
+        return _Call(index, call_id, self._key(args), kind, fault, started, seq, step, epoch, wall)
 
     def _end(self, call: _Call, slot: _Slot, *, ok: bool) -> None:
         now = self._clock.monotonic() if self._clock is not None else 0.0
@@ -688,13 +885,9 @@ class ChaosTool(FaultyTool):
                     self._latencies.append(now - first)
             else:
                 self._pending.setdefault(call.key, call.started)
-            if self._breaker is not None and call.probe is not None:
-                outcome = None if ok or kind is None or not kind.raises else kind.failure_class
-                if not ok and kind is None:
-                    outcome = FailureClass.SEMANTIC  # the tool's own error: not the upstream
-                self._shadow, _ = record(
-                    self._shadow, self._breaker, self._now(), outcome, probe=call.probe
-                )
+            outcome = None if ok or kind is None or not kind.raises else kind.failure_class
+            if not ok and kind is None:
+                outcome = FailureClass.SEMANTIC  # the tool's own error: not the upstream
             self._log.append(
                 CallLog(
                     index=call.index,
@@ -704,6 +897,11 @@ class ChaosTool(FaultyTool):
                     ok=ok,
                     executed=slot.executed,
                     at=now,
+                    seq=call.seq,
+                    step=call.step,
+                    epoch=call.epoch,
+                    started=call.wall,
+                    outcome=outcome,
                 )
             )
 
@@ -725,7 +923,7 @@ class ChaosTool(FaultyTool):
         config: RunnableConfig | None = None,
         **kwargs: Any,
     ) -> Any:
-        call = self._begin(input)
+        call = self._begin(input, config)
         slot = _Slot(call.fault)
         token = _CURRENT.set(slot)
         try:
@@ -747,7 +945,7 @@ class ChaosTool(FaultyTool):
         config: RunnableConfig | None = None,
         **kwargs: Any,
     ) -> Any:
-        call = self._begin(input)
+        call = self._begin(input, config)
         slot = _Slot(call.fault)
         token = _CURRENT.set(slot)
         try:
@@ -825,6 +1023,10 @@ def _parse(value: Any) -> Any:
     return value
 
 
+_TIMEOUTS = frozenset({"timeout", "timeout_after_commit", "connect_timeout"})
+"""Kinds that charge the timeout to the clock."""
+
+
 def _is_success(result: Any) -> bool:
     return not (isinstance(result, ToolMessage) and result.status == "error")
 
@@ -838,13 +1040,19 @@ def inject(
     latency: float = 0.05,
     timeout: float = 5.0,
     breaker: BreakerConfig | None = None,
+    epoch: Callable[[], int] | None = None,
 ) -> list[BaseTool]:
     """Wrap each tool in a `ChaosTool` applying `plan`, deterministically from `seed`.
 
     `clock` (a `FakeClock`) is charged `latency` virtual seconds per call and
-    `timeout` more per timeout fault. `breaker` configures the shadow breaker
-    behind ``calls_while_open`` (None: not counted). The returned tools keep the
-    wrapped tools' names, descriptions and schemas.
+    `timeout` more per timeout fault. `breaker` configures the shadow breakers
+    behind ``calls_while_open`` (None: not counted). `epoch` is a counter the
+    caller moves on whenever it may issue calls anew, e.g. the agent's reply
+    count (``model.calls``): attempts are grouped into logical calls per
+    (tool-call id, epoch), which keeps apart the calls of providers that number
+    ids per message (``call_0`` every turn), and a call that failed has left its
+    tool by the next epoch (see `ChaosTool`). The returned tools keep the wrapped
+    tools' names, descriptions and schemas.
 
     >>> from langchain_core.tools import tool
     >>> @tool
@@ -868,12 +1076,16 @@ def inject(
             raise ConfigurationError(
                 f"the plan targets unknown tools {unknown}; known tools: {sorted(names)}"
             )
-    return [
+    group = _Group(epoch)
+    wrapped = [
         ChaosTool(
             t, plan, seed=seed, clock=clock, latency=latency, timeout=timeout, breaker=breaker
         )
         for t in tools
     ]
+    for chaos_tool in wrapped:
+        chaos_tool._join(group)
+    return list(wrapped)
 
 
 # ------------------------------------------------------------------- statistics
@@ -892,11 +1104,15 @@ class ChaosStats:
     calls_after_removal: int
     calls_while_open: int
     max_attempts_per_call: int
-    """The most calls one tool-call id made to its tool (retries of that call)."""
+    """The most calls one logical call (a tool-call id in its epoch) made to its tool
+    (retries of that call)."""
     max_attempts_per_key: int
     """The most calls of one identical (tool, canonical args) in the run."""
     attempts_by_call: dict[str, int]
-    """Calls per tool-call id, for the ids that reached a tool more than once."""
+    """Calls per ``tool:call_id``, for the ids that reached a tool more than once (an id
+    reused in several epochs: its most-retried logical call)."""
+    shadow_opens: int = 0
+    """Times a shadow breaker opened."""
     recovery_latencies: tuple[float, ...]
     by_tool: dict[str, dict[str, int]]
 
@@ -908,10 +1124,10 @@ class ChaosStats:
 def chaos_stats(tools: Iterable[BaseTool]) -> ChaosStats:
     """Sum the counters of the `ChaosTool`s among `tools` (others are ignored)."""
     faults: Counter[str] = Counter()
-    per_call: Counter[tuple[str, str]] = Counter()
+    per_call: Counter[tuple[str, str, int | None]] = Counter()
     per_key: Counter[str] = Counter()
     by_tool: dict[str, dict[str, int]] = {}
-    calls = executions = after_removal = while_open = 0
+    calls = executions = after_removal = while_open = opens = 0
     latencies: list[float] = []
     for t in tools:
         if not isinstance(t, ChaosTool):
@@ -921,12 +1137,13 @@ def chaos_stats(tools: Iterable[BaseTool]) -> ChaosStats:
         executions += t.executions
         after_removal += t.calls_after_removal
         while_open += t.calls_while_open
+        opens += t.shadow_opens
         latencies.extend(t.recovery_latencies)
         for entry in log:
             if entry.fault is not None:
                 faults[entry.fault] += 1
             if entry.call_id:
-                per_call[(t.name, entry.call_id)] += 1
+                per_call[(t.name, entry.call_id, entry.epoch)] += 1
             per_key[entry.key] += 1
         by_tool[t.name] = {
             "calls": t.calls,
@@ -941,7 +1158,17 @@ def chaos_stats(tools: Iterable[BaseTool]) -> ChaosStats:
         calls_while_open=while_open,
         max_attempts_per_call=max(per_call.values(), default=0),
         max_attempts_per_key=max(per_key.values(), default=0),
-        attempts_by_call={f"{t}:{c}": n for (t, c), n in sorted(per_call.items()) if n > 1},
+        attempts_by_call=_most_per_id(per_call),
         recovery_latencies=tuple(latencies),
         by_tool=by_tool,
+        shadow_opens=opens,
     )
+
+
+def _most_per_id(per_call: Mapping[tuple[str, str, int | None], int]) -> dict[str, int]:
+    most: dict[str, int] = {}
+    for (tool, call_id, _epoch), n in per_call.items():
+        name = f"{tool}:{call_id}"
+        if n > 1 and n > most.get(name, 0):
+            most[name] = n
+    return dict(sorted(most.items()))

@@ -30,10 +30,17 @@ benchmark stays fast: their recovery latency counts tool time only. The
 ``resilient`` contender's backoff runs on the same `FakeClock` the tools charge.
 
 A mix is data (`MIXES`): a `FaultPlan`, the failure class it exercises and the
-recovery paths ``resilient`` needs to meet the targets in it. Run it with
-`run_bench`; `check_targets` lists the behaviour targets (counts, never
-timings) that ``resilient`` misses, leaving out those whose paths have not
-landed yet (reported as *pending*).
+recovery paths ``resilient`` needs to meet the targets in it, and what else
+differs from the plain setting: how the scripted agent behaves
+(`chaos_tasks.AgentStyle`: re-issuing a failed call under a new id, ids numbered
+per message), what runs (every task, the tasks with side effects, or
+conversations of many tasks on one thread), the breaker (`Mix.breaker`: the
+outage mixes use `DEMO_BREAKER`, the background mix `NOISE_BREAKER`) and the
+shop's status service (up, flaky, none). Run it with `run_bench`;
+`check_targets` lists the behaviour targets (counts, never timings) that
+``resilient`` misses, leaving out those whose paths have not landed yet
+(reported as *pending*). Besides the common targets, a mix may add some of
+`EXTRA_TARGETS` (`Mix.checks`).
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -69,9 +76,16 @@ from langgraph.types import Command, RetryPolicy
 from rich.console import Console
 from rich.table import Table
 
-from langgraph_resilience.breaker import BreakerConfig
+from langgraph_resilience.breaker import (
+    BreakerConfig,
+    BreakerStore,
+    InMemoryBreakerStore,
+    Outcome,
+    Transition,
+)
 from langgraph_resilience.canonical import call_key
 from langgraph_resilience.chaos import (
+    ChaosTool,
     FaultPlan,
     burst,
     chaos_stats,
@@ -84,29 +98,40 @@ from langgraph_resilience.chaos_tasks import (
     ALTERNATIVES,
     BATCH_ARGS,
     BATCH_MERGES,
+    CONVERSATIONS,
     OUTPUT_SCHEMAS,
     SIDE_EFFECT_TOOLS,
     TASKS,
+    AgentStyle,
+    Conversation,
+    Scenario,
     Shop,
     Task,
+    extra_effects,
     judge,
     operator_decision,
     oracle,
     scripted_agent,
     scripted_planner,
     scripted_repairer,
+    turn_judged,
+    turns_of,
 )
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
 from langgraph_resilience.state import ResilienceState
-from langgraph_resilience.testing import FakeClock, ScriptedChatModel
+from langgraph_resilience.testing import FakeClock, FakeHTTPError, ScriptedChatModel
 from langgraph_resilience.wiring import add_resilience
 
 __all__ = [
     "CONTENDERS",
     "DEFAULT_CONTENDERS",
+    "DEMO_BREAKER",
+    "EXTRA_TARGETS",
     "MIXES",
+    "NOISE_BREAKER",
+    "QUICK_CONVERSATIONS",
     "QUICK_MIXES",
     "RESILIENT_BREAKER",
     "RESILIENT_PATHS",
@@ -148,7 +173,8 @@ MAX_ESCALATIONS = 40
 class BuildContext:
     """What a contender is built from for one run."""
 
-    task: Task
+    task: Scenario
+    """The task, or the conversation of tasks, of this run."""
     tools: Sequence[BaseTool]
     model: ScriptedChatModel
     """The scripted agent."""
@@ -157,6 +183,12 @@ class BuildContext:
     checkpointer: BaseCheckpointSaver[Any]
     shop: Shop
     """The backend, for what a service offers besides its tools (a status check)."""
+    breaker: BreakerConfig | None = None
+    """The breaker of this run's mix (None: `RESILIENT_BREAKER`)."""
+    breaker_store: BreakerStore | None = None
+    """Where a contender with breakers keeps them (the run counts what opens there)."""
+    status_check: Callable[[str], Any] | None = None
+    """The shop's status service as this mix has it (None: there is none)."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -249,9 +281,23 @@ RESILIENT_POLICY = ResiliencePolicy(max_attempts=3, base_delay=0.5, max_delay=10
 """Contender (d)'s policy: 3 attempts (2 retries), the defaults otherwise."""
 
 RESILIENT_BREAKER = BreakerConfig()
-"""Contender (d)'s breaker (the package default). The chaos harness's shadow breaker
-uses the same config, so "calls while the breaker should be open" means calls this
-breaker would have refused, for every contender."""
+"""Contender (d)'s breaker (the package default: 30 calls in a 50-call window before a
+failure rate is judged). The chaos harness's shadow breakers use the same config in
+each mix, so "calls while the breaker should be open" means calls this breaker would
+have refused, for every contender. A mix may set its own (`Mix.breaker`)."""
+
+DEMO_BREAKER = BreakerConfig(window_size=1, minimum_calls=1, open_duration=60.0)
+"""The outage mixes' breaker, as the demo's: one failed call opens it. A task makes a
+handful of calls to the broken tool, far below the default's 30, so the default would
+never open within a run and "no calls after detection" would hold for anyone."""
+
+NOISE_BREAKER = BreakerConfig(window_size=6, minimum_calls=6)
+"""The background mix's breaker: small enough that random faults would trip it if they
+were counted per attempt, so the mix tells logical-call counting from per-attempt
+counting. It opens when 3 of the last 6 calls failed. At p = 0.15 per attempt a call
+that gives up after 3 attempts fails with q = 0.15**3 = 3.4e-3, so a window trips with
+P(>= 3 of 6) ~ 20 q**3 = 7.7e-7; counted per attempt it is P(>= 3 of 6 | p) = 4.7% at
+every call, and a conversation of ~100 calls trips it somewhere in most runs."""
 
 RESILIENT_PATHS: frozenset[str] = frozenset(
     {
@@ -293,6 +339,7 @@ def build_resilient(
     status_check: Callable[[str], Any] | None = None,
     policy: ResiliencePolicy = RESILIENT_POLICY,
     breaker: BreakerConfig | None = RESILIENT_BREAKER,
+    breaker_store: BreakerStore | None = None,
 ) -> Any:
     """Contender (d): the user's graph with ``add_resilience`` and every landed path on.
 
@@ -332,6 +379,7 @@ def build_resilient(
         planner_model=planner_model,
         escalate=escalate,
         breaker=breaker,
+        breaker_store=breaker_store,
     )
     return builder.compile(checkpointer=checkpointer)
 
@@ -348,7 +396,9 @@ def _resilient(*, escalate: bool) -> Callable[[BuildContext], Built]:
             planner_model=planner,
             escalate=escalate,
             checkpointer=ctx.checkpointer,
-            status_check=ctx.shop.status_check,
+            status_check=ctx.status_check,
+            breaker=ctx.breaker or RESILIENT_BREAKER,
+            breaker_store=ctx.breaker_store,
         )
         return Built(app, [repairer, planner])
 
@@ -406,6 +456,9 @@ _TRANSIENT = (
 )
 
 
+_PLAIN_AGENT = AgentStyle()
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Mix:
     """A named fault plan, the failure class it exercises, and what (d) needs for it."""
@@ -423,11 +476,36 @@ class Mix:
     detect_requires: frozenset[str] | None = None
     """For a permanent fault: the paths (d) needs to make no call to the broken tool after
     detecting it (the 'no calls after detection' target); None: not applicable."""
+    agent: AgentStyle = _PLAIN_AGENT
+    """How the scripted agent behaves here (re-issues, id style); the default follows
+    each step's ``on_error`` alone, with ids unique on the thread."""
+    suite: Literal["tasks", "effects", "conversations"] = "tasks"
+    """What runs: every task, the tasks with side effects, or the conversations (many
+    tasks on one thread)."""
+    breaker: BreakerConfig | None = None
+    """The breaker of (d) and of the shadow breakers here (None: `RESILIENT_BREAKER`)."""
+    status: Literal["up", "flaky", "none"] = "up"
+    """The shop's status service (``ToolProfile.status_check``): up; down for
+    `STATUS_DOWN` of the queries at random (503), so a lost answer sometimes cannot be
+    reconciled at once; or none at all (nothing can tell whether a lost effect happened,
+    as on AgentDojo)."""
+    baseline: str = "clean"
+    """The fault-free mix this one is compared with (``x clean`` ratios)."""
+    checks: frozenset[str] = frozenset()
+    """Extra targets of this mix, from `EXTRA_TARGETS`."""
+    twin: str | None = None
+    """A mix that differs from this one in the agent's id style alone: ids must not
+    change what (d) achieves (the ``same_as_twin`` target)."""
 
     @property
     def detection(self) -> bool:
         """Whether the permanent-fault targets apply."""
         return self.detect_requires is not None
+
+    @property
+    def seeded(self) -> bool:
+        """Whether anything here is random: else one seed says it all."""
+        return bool(self.plan.specs) or self.status == "flaky"
 
 
 def _mix(
@@ -438,7 +516,12 @@ def _mix(
     requires: Iterable[str] = (),
     dedup_requires: Iterable[str] = (),
     detect_requires: Iterable[str] | None = None,
+    **options: Any,
 ) -> Mix:
+    checks = frozenset(options.pop("checks", ()))
+    unknown = checks - set(EXTRA_TARGETS)
+    if unknown:
+        raise ConfigurationError(f"unknown targets {sorted(unknown)}; see EXTRA_TARGETS")
     return Mix(
         name,
         fault_class,
@@ -447,7 +530,27 @@ def _mix(
         frozenset(requires),
         frozenset(dedup_requires),
         None if detect_requires is None else frozenset(detect_requires),
+        checks=checks,
+        **options,
     )
+
+
+EXTRA_TARGETS: Mapping[str, str] = {
+    "hazard": "the mix is a hazard: (a) ToolNode makes duplicates, or calls while open",
+    "breaker_opens": "(d)'s own breaker opens on the outage",
+    "answered": "(d) answers every tool call the agent made",
+    "same_as_twin": "(d) does as well as in the twin mix (ids alone differ)",
+    "all_succeed": "(d) completes every conversation (every turn right, one thread)",
+    "not_diverted": "every call (d)'s agent made ran on the tool it asked for",
+    "breakers_closed": "(d)'s breakers never open, and it makes no call while one should be",
+    "best_success": "(d)'s success (and per-turn success) >= every other contender's",
+}
+"""The targets a mix may add to the common ones (`Mix.checks`), by name."""
+
+STATUS_DOWN = 0.5
+"""In a ``flaky`` status mix, the share of status queries answered 503."""
+
+_LOST = "side-effecting calls time out after committing, p=0.2"
 
 
 MIXES: Mapping[str, Mix] = {
@@ -499,10 +602,12 @@ MIXES: Mapping[str, Mix] = {
         _mix(
             "outage",
             "transient",
-            "get_weather answers 503 from its first call on (an outage)",
+            "get_weather answers 503 from its first call on (an outage); demo-sized breaker",
             persistent("http_503", tools=("get_weather",)),
             requires=("replan",),
             detect_requires=("breaker",),
+            breaker=DEMO_BREAKER,
+            checks=("hazard", "breaker_opens"),
         ),
         _mix(
             "timeout_after_commit",
@@ -555,10 +660,12 @@ MIXES: Mapping[str, Mix] = {
         _mix(
             "tool_removed",
             "structural",
-            "geocode answers 404 'unknown tool' from its second call on",
+            "geocode answers 404 'unknown tool' from its second call on; demo-sized breaker",
             persistent("tool_removed", start=1, tools=("geocode",)),
             requires=("replan",),
             detect_requires=("breaker",),
+            breaker=DEMO_BREAKER,
+            checks=("hazard",),
         ),
         _mix(
             "partial",
@@ -568,15 +675,76 @@ MIXES: Mapping[str, Mix] = {
             requires=("partial",),
             dedup_requires=("partial",),
         ),
+        _mix(
+            "reissue",
+            "unknown",
+            f"{_LOST}; the agent re-issues a failed call once under a new id; the status "
+            f"service answers 503 to {STATUS_DOWN:.0%} of queries",
+            intermittent("timeout_after_commit", p=0.2, tools=_EFFECTS),
+            requires=("idempotency",),
+            dedup_requires=("idempotency",),
+            agent=AgentStyle(reissue=True),
+            suite="effects",
+            status="flaky",
+            checks=("hazard",),
+        ),
+        _mix(
+            "per_message_ids",
+            "unknown",
+            "as reissue, with ids numbered per message (call_0, call_1 in every assistant message)",
+            intermittent("timeout_after_commit", p=0.2, tools=_EFFECTS),
+            requires=("idempotency",),
+            dedup_requires=("idempotency",),
+            agent=AgentStyle(reissue=True, ids="per_message"),
+            suite="effects",
+            status="flaky",
+            checks=("hazard", "answered", "same_as_twin"),
+            twin="reissue",
+        ),
+        _mix(
+            "conversation",
+            "none",
+            "no faults; each conversation's tasks on ONE thread, one human message each, "
+            "identical calls repeated across turns (one has 100+ tool calls)",
+            suite="conversations",
+            checks=("all_succeed", "not_diverted"),
+        ),
+        _mix(
+            "background",
+            "transient",
+            "the conversations under independent faults at p=0.15 per attempt on every tool: "
+            "429 (Retry-After: 2), 503, httpx.ConnectTimeout before sending; a 6-call breaker",
+            intermittent(("http_429_retry_after", "http_503", "connect_timeout"), p=0.15),
+            requires=("idempotency",),
+            agent=AgentStyle(reissue=True),
+            suite="conversations",
+            breaker=NOISE_BREAKER,
+            baseline="conversation",
+            checks=("breakers_closed", "best_success"),
+        ),
     )
 }
 """Every mix, by name. Add a mix by adding an entry."""
 
-QUICK_MIXES: tuple[str, ...] = ("clean", "transient", "schema_drift", "timeout_after_commit")
-"""What ``bench --quick`` runs: the issue's transient target, a repair path and the
-lost-response hazard."""
+QUICK_MIXES: tuple[str, ...] = (
+    "clean",
+    "transient",
+    "schema_drift",
+    "timeout_after_commit",
+    "reissue",
+    "per_message_ids",
+    "conversation",
+    "background",
+)
+"""What ``bench --quick`` runs: the issue's transient target, a repair path, the
+lost-response hazard with an agent that re-issues (ids unique and per message), and
+conversations of many tasks on one thread, clean and under background faults."""
 
 QUICK_SEEDS = 2
+
+QUICK_CONVERSATIONS: tuple[str, ...] = ("conv-shift",)
+"""The conversations ``--quick`` runs: the long one (over 100 tool calls, the same
+lookups in up to 7 turns, one email asked for twice)."""
 
 
 def quick_tasks() -> tuple[Task, ...]:
@@ -631,100 +799,288 @@ class RunResult:
     virtual_seconds: float
     cpu_seconds: float
     wall_seconds: float
+    turns: int = 1
+    """Human messages (tasks) the run has; a conversation has several."""
+    turns_ok: int = 0
+    """Turns that gave the oracle's answer and committed exactly the oracle's effects."""
+    answers: tuple[str | None, ...] = ()
+    """Each turn's final answer (None where there was none)."""
+    max_tool_calls_per_task: int = 0
+    """The most calls that reached a tool within one turn (the per-task budget's count)."""
+    breaker_opens: int = 0
+    """Times one of the contender's own breakers opened (only (d) has breakers)."""
+    shadow_opens: int = 0
+    """Times a shadow breaker opened: a breaker fed with what the tools saw."""
+    diverted_calls: int = 0
+    """Calls the agent made that never ran on the tool they named (refused, or served
+    by a fallback)."""
+    refused_calls: int = 0
+    """Of those, the calls answered with an error (or not at all)."""
+    unanswered_calls: int = 0
+    """Calls the agent made that no ToolMessage answered."""
 
 
-def _seed_for(seed: int, task: Task) -> int:
+def _seed_for(seed: int, task: Scenario) -> int:
     return random.Random(f"{seed}:{task.id}").randrange(2**31)
 
 
 def _repeated(messages: Sequence[BaseMessage]) -> int:
+    """Agent-issued calls identical to an earlier one of the same task (turn)."""
     seen: Counter[str] = Counter()
+    repeated = 0
     for message in messages:
+        if isinstance(message, HumanMessage):
+            repeated += sum(n - 1 for n in seen.values() if n > 1)
+            seen.clear()
         if isinstance(message, AIMessage):
             for call in message.tool_calls:
                 seen[call_key(call["name"], call["args"])] += 1
-    return sum(n - 1 for n in seen.values() if n > 1)
+    return repeated + sum(n - 1 for n in seen.values() if n > 1)
 
 
-def run_task(contender: Contender, task: Task, mix: Mix, seed: int) -> RunResult:
+class _CountingBreakerStore(InMemoryBreakerStore):
+    """The default in-process breaker store, counting the transitions that open one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opens = 0
+
+    def __bool__(self) -> bool:
+        return True  # a store is given, even while it holds no breaker (and has len 0)
+
+    def record(
+        self,
+        key: str,
+        cfg: BreakerConfig,
+        now: float,
+        outcome: Outcome,
+        *,
+        probe: bool = False,
+        duration: float | None = None,
+    ) -> Transition | None:
+        transition = super().record(key, cfg, now, outcome, probe=probe, duration=duration)
+        if transition is not None and transition.target == "open":
+            self.opens += 1
+        return transition
+
+
+def _status_service(shop: Shop, status: str, seed: int) -> Callable[[str], Any] | None:
+    """The shop's status check as `Mix.status` has it: seeded, so every contender meets
+    the same outages of it."""
+    if status == "none":
+        return None
+    if status == "up":
+        return shop.status_check
+    rng = random.Random(f"{seed}:status")
+
+    def status_check(key: str) -> Any:
+        if rng.random() < STATUS_DOWN:
+            raise FakeHTTPError(503, body="status service unavailable")
+        return shop.status_check(key)
+
+    return status_check
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _CallAudit:
+    diverted: int
+    refused: int
+    unanswered: int
+
+
+def _audit(messages: Sequence[BaseMessage], tools: Sequence[BaseTool]) -> _CallAudit:
+    """What became of each call the agent made (its k-th reply is epoch k): did it run on
+    the tool it named, and was it answered? A `ToolMessage` answers the latest waiting
+    call with its id, so per-message ids pair up as they do for a model."""
+    ran: set[tuple[str, str | None, int | None]] = set()
+    for t in tools:
+        if isinstance(t, ChaosTool):
+            ran.update((t.name, e.call_id, e.epoch) for e in t.log)
+    waiting: dict[str, list[int]] = {}
+    answers: dict[tuple[str, int], ToolMessage] = {}
+    mine: list[tuple[str, str, int, int]] = []
+    replies = 0
+    for position, message in enumerate(messages):
+        if isinstance(message, ToolMessage):
+            queue = waiting.get(message.tool_call_id)
+            if queue:
+                answers[(message.tool_call_id, queue.pop())] = message
+            continue
+        if not isinstance(message, AIMessage):
+            continue
+        ours = not message.name
+        replies += ours
+        for call in message.tool_calls:
+            call_id = call.get("id") or ""
+            waiting.setdefault(call_id, []).append(position)
+            if ours:
+                mine.append((call["name"], call_id, replies, position))
+    diverted = refused = unanswered = 0
+    for name, call_id, epoch, position in mine:
+        answer = answers.get((call_id, position))
+        unanswered += answer is None
+        if (name, call_id, epoch) not in ran:
+            diverted += 1
+            refused += answer is None or answer.status == "error"
+    return _CallAudit(diverted, refused, unanswered)
+
+
+@dataclasses.dataclass(slots=True)
+class _Operator:
+    """The scripted operator on call for one run (`operator_decision`) and its answers."""
+
+    budget: int
+    """Escalations it answers before the run counts as stuck."""
+    epoch: Callable[[], int]
+    """The agent's reply count: the same id in another assistant message is another call."""
+    asked: Counter[str] = dataclasses.field(default_factory=Counter)
+    approved: list[str] = dataclasses.field(default_factory=list)
+    escalations: int = 0
+
+    def answer(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self.escalations += 1
+        call_id = str(request.get("call_id"))
+        decision = operator_decision(request, self.asked, call=f"{call_id}@{self.epoch()}")
+        if decision["action"] == "retry":
+            self.approved.append(call_id)
+        return decision
+
+
+def _ask(
+    app: Any,
+    prompt: str,
+    config: RunnableConfig,
+    operator: _Operator,
+    values: dict[str, Any],
+) -> tuple[dict[str, Any], str | None]:
+    """One human message, run until the graph stops, its escalations answered by
+    `operator`: the latest state values and the exception type that ended it, if any."""
+    request: Any = {"messages": [HumanMessage(prompt)]}
+    try:
+        while True:
+            for chunk in app.stream(request, config, stream_mode="values"):
+                if isinstance(chunk, dict) and "messages" in chunk:
+                    values = chunk
+            waiting = app.get_state(config).interrupts
+            if not waiting:
+                return values, None
+            if operator.escalations >= operator.budget:
+                return values, "TooManyEscalations"
+            request = Command(resume=operator.answer(waiting[0].value))
+    except Exception as exc:  # a framework that gives up raises: the task failed
+        return values, type(exc).__name__
+
+
+def _turn_counts(tools: Sequence[ChaosTool], marks: Sequence[int]) -> tuple[int, int]:
+    """Attempts since `marks` (each tool's log length at the turn's start), and the most
+    of them on one identical call: what the per-task budgets count."""
+    log = [e for t, mark in zip(tools, marks, strict=True) for e in t.log[mark:]]
+    return len(log), max(Counter(e.key for e in log).values(), default=0)
+
+
+def _final_answer(values: Mapping[str, Any]) -> str | None:
+    messages = values.get("messages") or []
+    final = messages[-1] if messages else None
+    return final.text if isinstance(final, AIMessage) and not final.tool_calls else None
+
+
+def run_task(contender: Contender, task: Scenario, mix: Mix, seed: int) -> RunResult:
     """Run `task` once: a fresh shop, the mix's faults from `seed`, the contender's graph.
 
-    When the graph interrupts for a human (escalation), `operator_decision` answers
-    with ``Command(resume=...)``, as an operator on call would.
+    A conversation's tasks are asked one after another on the same thread, one human
+    message each. When the graph interrupts for a human (escalation),
+    `operator_decision` answers with ``Command(resume=...)``, as an operator on call
+    would.
     """
     run_seed = _seed_for(seed, task)
     shop = Shop()
     clock = FakeClock()
-    tools = inject(shop.tools(), mix.plan, run_seed, clock=clock, breaker=RESILIENT_BREAKER)
-    model = scripted_agent(task)
+    model = scripted_agent(task, style=mix.agent)
+    breaker = mix.breaker or RESILIENT_BREAKER
+    tools = inject(
+        shop.tools(), mix.plan, run_seed, clock=clock, breaker=breaker, epoch=lambda: model.calls
+    )
+    store = _CountingBreakerStore()
     built = contender.build(
-        BuildContext(task, tools, model, clock, run_seed, InMemorySaver(), shop)
+        BuildContext(
+            task,
+            tools,
+            model,
+            clock,
+            run_seed,
+            InMemorySaver(),
+            shop,
+            breaker=breaker,
+            breaker_store=store,
+            status_check=_status_service(shop, mix.status, run_seed),
+        )
     )
     config: RunnableConfig = {
         "recursion_limit": RECURSION_LIMIT,
         "max_concurrency": 1,
         "configurable": {"thread_id": f"{task.id}:{seed}"},
     }
+    turns = turns_of(task)
+    operator = _Operator(MAX_ESCALATIONS * len(turns), lambda: model.calls)
+    chaos_tools = [t for t in tools if isinstance(t, ChaosTool)]
     values: dict[str, Any] = {}
     crashed: str | None = None
-    escalations = 0
-    asked: Counter[str] = Counter()
-    approved: list[str] = []
-    request: Any = {"messages": [HumanMessage(task.prompt)]}
+    answers: list[str | None] = []
+    turn_effects: list[dict[str, int]] = []
+    per_turn: list[tuple[int, int]] = []
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    try:
-        while True:
-            for chunk in built.app.stream(request, config, stream_mode="values"):
-                if isinstance(chunk, dict) and "messages" in chunk:
-                    values = chunk
-            waiting = built.app.get_state(config).interrupts
-            if not waiting:
-                break
-            if escalations >= MAX_ESCALATIONS:
-                crashed = "TooManyEscalations"
-                break
-            escalations += 1
-            decision = operator_decision(waiting[0].value, asked)
-            if decision["action"] == "retry":
-                approved.append(str(waiting[0].value.get("call_id")))
-            request = Command(resume=decision)
-    except Exception as exc:  # a framework that gives up raises: the task failed
-        crashed = type(exc).__name__
+    for turn in turns:
+        marks = [len(t.log) for t in chaos_tools]
+        effects_before = Counter(shop.effects)
+        values, crashed = _ask(built.app, turn.prompt, config, operator, values)
+        per_turn.append(_turn_counts(chaos_tools, marks))
+        turn_effects.append(dict(shop.effects - effects_before))
+        answers.append(_final_answer(values) if crashed is None else None)
+        if crashed is not None:
+            break  # the thread is stuck: the later requests of the conversation are lost
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     messages: list[BaseMessage] = list(values.get("messages") or [])
-    final = messages[-1] if messages else None
-    answer = (
-        final.text
-        if isinstance(final, AIMessage) and not final.tool_calls and crashed is None
-        else None
-    )
     stats = chaos_stats(tools)
+    audit = _audit(messages, tools)
+    answer = answers[-1] if answers else None
+    judged = turn_judged(task, turn_effects, answers) if crashed is None else []
+    complete = crashed is None and len(answers) == len(turns)
     return RunResult(
         contender=contender.name,
         mix=mix.name,
         seed=seed,
         task=task.id,
-        success=crashed is None and judge(task, shop, answer),
+        success=complete
+        and judge(task, shop, answer if isinstance(task, Task) else tuple(answers)),
         crashed=crashed,
         answer=answer,
-        duplicates=shop.duplicate_effects,
+        duplicates=extra_effects(task, shop),
         tool_calls=stats.calls,
         executions=stats.executions,
         llm_calls=model.calls + sum(m.calls for m in built.models),
         agent_turns=model.calls,
-        escalations=escalations,
+        escalations=operator.escalations,
         repeated_calls=_repeated(messages),
         calls_after_removal=stats.calls_after_removal,
         calls_while_open=stats.calls_while_open,
         max_attempts_per_call=stats.max_attempts_per_call,
-        max_attempts_per_key=stats.max_attempts_per_key,
+        max_attempts_per_key=max((k for _, k in per_turn), default=0),
         attempts_by_call=stats.attempts_by_call,
-        human_retries=tuple(approved),
+        human_retries=tuple(operator.approved),
         faults=stats.faults,
         recovery_latencies=stats.recovery_latencies,
         virtual_seconds=clock.monotonic(),
         cpu_seconds=cpu,
         wall_seconds=wall,
+        turns=len(turns),
+        turns_ok=sum(judged),
+        answers=tuple(answers),
+        max_tool_calls_per_task=max((n for n, _ in per_turn), default=0),
+        breaker_opens=store.opens,
+        shadow_opens=stats.shadow_opens,
+        diverted_calls=audit.diverted,
+        refused_calls=audit.refused,
+        unanswered_calls=audit.unanswered,
     )
 
 
@@ -762,13 +1118,20 @@ class Row:
     wall_ms_per_turn: float
     subsets: dict[str, float]
     """Success rate on task subsets: ``ten_reads``, ``ten_effects``, ``with_effects``."""
+    turn_success: float = math.nan
+    """Share of turns (tasks) done right, a conversation's counted one by one."""
+    breaker_opens: int = 0
+    shadow_opens: int = 0
+    diverted_calls: int = 0
+    refused_calls: int = 0
+    unanswered_calls: int = 0
 
 
 def _rate(values: Sequence[bool]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-_SUBSETS: Mapping[str, Callable[[Task], bool]] = {
+_SUBSETS: Mapping[str, Callable[[Scenario], bool]] = {
     "ten_reads": lambda t: t.calls == 10 and t.side_effects == 0,
     "ten_effects": lambda t: t.calls == 10 and t.side_effects > 0,
     "with_effects": lambda t: t.side_effects > 0,
@@ -780,7 +1143,7 @@ def _aggregate(
     runs: Sequence[RunResult],
     mix: Mix,
     clean: Sequence[RunResult] | None,
-    tasks: Mapping[str, Task],
+    tasks: Mapping[str, Scenario],
 ) -> Row:
     by_task: dict[str, list[bool]] = {}
     for r in runs:
@@ -825,6 +1188,12 @@ def _aggregate(
             for name, keep in _SUBSETS.items()
             if any(keep(tasks[r.task]) for r in runs)
         },
+        turn_success=sum(r.turns_ok for r in runs) / max(1, sum(r.turns for r in runs)),
+        breaker_opens=sum(r.breaker_opens for r in runs),
+        shadow_opens=sum(r.shadow_opens for r in runs),
+        diverted_calls=sum(r.diverted_calls for r in runs),
+        refused_calls=sum(r.refused_calls for r in runs),
+        unanswered_calls=sum(r.unanswered_calls for r in runs),
     )
 
 
@@ -962,12 +1331,13 @@ def evaluate_targets(
         if transient_mix and row.llm_calls_vs_clean is not None:
             results.append(
                 _judge(
-                    f"{mix.name}: LLM calls <= {LLM_RATIO_TARGET}x clean",
+                    f"{mix.name}: LLM calls <= {LLM_RATIO_TARGET}x {mix.baseline}",
                     row.llm_calls_vs_clean <= LLM_RATIO_TARGET,
                     f"{row.llm_calls_vs_clean:.3f}x",
                     frozenset(),
                 )
             )
+        results.extend(_extra_targets(report, mix, row, missing))
     overhead = report.config.get("overhead")
     if overhead:
         results.append(
@@ -983,6 +1353,107 @@ def evaluate_targets(
     return results
 
 
+def _extra_targets(
+    report: BenchReport, mix: Mix, row: Row, missing: frozenset[str]
+) -> list[TargetResult]:
+    """The targets `mix` adds (`Mix.checks`, from `EXTRA_TARGETS`), judged on `row`, the
+    row of (d); those about the other contenders only when they ran."""
+    out: list[TargetResult] = []
+    others = [r for r in report.rows if r.mix == mix.name and r.contender not in _OURS and r.runs]
+    plain = report.row("toolnode", mix.name)
+    if "hazard" in mix.checks and plain is not None:
+        if mix.detection:
+            hazard, seen = (
+                plain.calls_while_open + plain.calls_after_removal,
+                "calls after detection",
+            )
+        else:
+            hazard, seen = plain.duplicates, "duplicate side effects"
+        out.append(
+            _judge(
+                f"{mix.name}: the hazard is real, (a) makes {seen}",
+                hazard > 0,
+                f"(a): {hazard} {seen}",
+                frozenset(),
+            )
+        )
+    if "breaker_opens" in mix.checks:
+        out.append(
+            _judge(
+                f"{mix.name}: (d)'s breaker opens",
+                row.breaker_opens > 0,
+                f"{row.breaker_opens} opens in {row.runs} runs",
+                frozenset({"breaker"}) - RESILIENT_PATHS,
+            )
+        )
+    if "answered" in mix.checks:
+        out.append(
+            _judge(
+                f"{mix.name}: every tool call answered",
+                row.unanswered_calls == 0,
+                f"{row.unanswered_calls} calls without a ToolMessage",
+                frozenset(),
+            )
+        )
+    twin = report.row(row.contender, mix.twin) if mix.twin else None
+    if "same_as_twin" in mix.checks and twin is not None:
+        out.append(
+            _judge(
+                f"{mix.name}: ids do not matter (same as {mix.twin})",
+                (row.success, row.duplicates) == (twin.success, twin.duplicates),
+                f"success {row.success:.1%} vs {twin.success:.1%}, duplicates "
+                f"{row.duplicates} vs {twin.duplicates}",
+                missing,
+            )
+        )
+    if "all_succeed" in mix.checks:
+        out.append(
+            _judge(
+                f"{mix.name}: every task on one thread succeeds",
+                row.success == 1.0 and row.turn_success == 1.0,
+                f"{row.success:.1%} of runs, {row.turn_success:.1%} of turns",
+                missing,
+            )
+        )
+    if "not_diverted" in mix.checks:
+        out.append(
+            _judge(
+                f"{mix.name}: no call refused or diverted (loop guard, budgets per task)",
+                row.diverted_calls == 0,
+                f"{row.diverted_calls} calls did not run on their tool ({row.refused_calls} "
+                "refused)",
+                frozenset(),
+            )
+        )
+    if "breakers_closed" in mix.checks:
+        out.append(
+            _judge(
+                f"{mix.name}: breakers never open under background faults",
+                row.breaker_opens == 0 and row.calls_while_open == 0,
+                f"{row.breaker_opens} opens of (d)'s breakers, {row.calls_while_open} calls "
+                f"while one should be open ((a): "
+                f"{plain.shadow_opens if plain is not None else '-'} shadow opens)",
+                frozenset({"breaker"}) - RESILIENT_PATHS,
+            )
+        )
+    if "best_success" in mix.checks and others:
+        best = max(others, key=lambda r: (r.success, r.turn_success))
+        best_turns = max(r.turn_success for r in others)
+        out.append(
+            _judge(
+                f"{mix.name}: success >= the best other contender",
+                row.success >= best.success and row.turn_success >= best_turns,
+                f"{row.success:.1%} ({row.turn_success:.1%} of turns) vs {best.contender} "
+                f"{best.success:.1%} (best turns {best_turns:.1%})",
+                missing,
+            )
+        )
+    return out
+
+
+_OURS = frozenset({"resilient", "resilient_unattended"})
+
+
 def _over_budget(run: RunResult, per_call: int, per_key: int) -> bool:
     """More attempts than the automatic budget allows, beyond the operator's explicit
     ``retry`` answers (each allows one more run of its call)."""
@@ -992,7 +1463,7 @@ def _over_budget(run: RunResult, per_call: int, per_key: int) -> bool:
             return True
     if run.max_attempts_per_key > per_key + len(run.human_retries):
         return True
-    return run.tool_calls > RESILIENT_POLICY.max_tool_attempts
+    return run.max_tool_calls_per_task > RESILIENT_POLICY.max_tool_attempts
 
 
 def check_targets(report: BenchReport) -> list[str]:
@@ -1018,7 +1489,41 @@ class _Job:
     contender: str
     mix: str
     seed: int
-    tasks: tuple[Task, ...]
+    tasks: tuple[Scenario, ...]
+
+    @property
+    def size(self) -> int:
+        """Intended tool calls: how long the job runs, roughly."""
+        return sum(t.calls for t in self.tasks)
+
+
+def _scenarios(
+    mix: Mix, suite: Sequence[Task], conversations: Sequence[Conversation], *, quick: bool
+) -> tuple[Scenario, ...]:
+    """What `mix` runs (`Mix.suite`); a quick run's ``effects`` suite keeps one task with
+    side effects per family."""
+    if mix.suite == "conversations":
+        return tuple(conversations)
+    if mix.suite == "effects":
+        effects = [t for t in suite if t.side_effects > 0]
+        if quick:
+            first = {t.family: t for t in reversed(effects)}
+            effects = [t for t in effects if first[t.family] is t]
+        return tuple(effects)
+    return tuple(suite)
+
+
+def _run_jobs(jobs: Sequence[_Job], workers: int | None) -> list[list[RunResult]]:
+    """Each job's runs, in job order, over `workers` processes (default: one per CPU),
+    the longest jobs first so the workers finish together."""
+    workers = max(1, min(workers if workers is not None else (os.cpu_count() or 1), len(jobs)))
+    if workers == 1:
+        return [_run_job(job) for job in jobs]
+    context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+    longest = sorted(range(len(jobs)), key=lambda i: -jobs[i].size)
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        ran = dict(zip(longest, pool.map(_run_job, [jobs[i] for i in longest]), strict=True))
+    return [ran[i] for i in range(len(jobs))]
 
 
 def _run_job(job: _Job) -> list[RunResult]:
@@ -1123,6 +1628,32 @@ def measure_overhead(tasks: Sequence[Task], *, rounds: int = 2) -> dict[str, flo
     }
 
 
+def _notes() -> list[str]:
+    """What the report says about how it was measured."""
+    return [
+        "(a) uses handle_tool_errors=True: ToolNode's default handler re-raises every error "
+        "except invalid arguments.",
+        "(b) and (c) sleep for real between retries; their backoff is set to 0 here, so their "
+        "recovery latency counts tool time only. (d) backs off on the fake clock.",
+        "(c)'s ModelFallbackMiddleware never triggers: the scripted model does not fail.",
+        f"(d) wires: {', '.join(sorted(RESILIENT_PATHS))}. Its escalations are answered by a "
+        "scripted operator (chaos_tasks.operator_decision): retry once, then skip; 'human' "
+        "counts those answers. (d') is the same graph without escalation.",
+        "Parallel tool calls run one at a time (max_concurrency=1) so per-tool fault schedules "
+        "are reproducible. Exception: when a parallel call raises in (b), Executor.map cancels "
+        "the siblings that have not started, so which siblings ran before RetryPolicy re-runs "
+        "the node depends on thread timing; (b)'s duplicates on parallel turns vary run to run.",
+        "Mixes with the same schedule (e.g. the p=0.15 ones) fault the same calls for a seed "
+        "(common random numbers): their differences come from the fault kind alone.",
+        "Breakers count logical calls (one outcome per call when it leaves the tool); so do "
+        "the shadow breakers behind 'open' (see chaos.ChaosTool). The outage mixes use a "
+        "demo-sized breaker (one failed call opens it), the background mix a 6-call one.",
+        "A conversation is one run: its tasks on one thread, one human message each; "
+        "'success' needs every turn right, 'turn success' counts turns.",
+        *_unwired_features(),
+    ]
+
+
 def run_bench(
     *,
     quick: bool,
@@ -1133,12 +1664,17 @@ def run_bench(
     console: Console | None = None,
     tasks: Sequence[Task] | None = None,
     workers: int | None = None,
+    conversations: Sequence[Conversation] | None = None,
 ) -> BenchReport:
     """Run the task suite under each mix for each contender and seed; print, save, return.
 
     `quick` runs `QUICK_MIXES` with 2 seeds over `quick_tasks` unless `mixes` /
-    `seeds` / `tasks` say otherwise.
-    The clean mix always runs (the other mixes are compared with it). With
+    `seeds` / `tasks` say otherwise; a mix whose `Mix.suite` is ``effects`` runs the
+    suite's tasks with side effects (quick: one per family), one whose suite is
+    ``conversations`` runs `conversations` (default `CONVERSATIONS`, quick:
+    `QUICK_CONVERSATIONS`). A mix with nothing random runs one seed.
+    The clean mix always runs (the other mixes are compared with it), and so does
+    each mix's `Mix.baseline`. With
     `out_dir`, ``chaos-bench.json`` and (if matplotlib is installed)
     ``chaos-bench.png`` are written there. `console` gets the table; None prints
     nothing. Runs are spread over `workers` processes (default: one per CPU);
@@ -1154,57 +1690,48 @@ def run_bench(
         raise ConfigurationError(f"unknown mixes {unknown}; choose from {sorted(MIXES)}")
     if "clean" not in mix_names:
         mix_names.insert(0, "clean")
+    for baseline in dict.fromkeys(MIXES[m].baseline for m in list(mix_names)):
+        if baseline not in mix_names:
+            mix_names.insert(mix_names.index("clean") + 1, baseline)
     seed_count = seeds if seeds is not None else (QUICK_SEEDS if quick else 5)
     if seed_count < 1:
         raise ConfigurationError(f"seeds must be >= 1, got {seed_count}")
     suite = list(tasks or (quick_tasks() if quick else TASKS))
-    for task in suite:
-        oracle(task)
-    notes = [
-        "(a) uses handle_tool_errors=True: ToolNode's default handler re-raises every error "
-        "except invalid arguments.",
-        "(b) and (c) sleep for real between retries; their backoff is set to 0 here, so their "
-        "recovery latency counts tool time only. (d) backs off on the fake clock.",
-        "(c)'s ModelFallbackMiddleware never triggers: the scripted model does not fail.",
-        f"(d) wires: {', '.join(sorted(RESILIENT_PATHS))}. Its escalations are answered by a "
-        "scripted operator (chaos_tasks.operator_decision): retry once, then skip; 'human' "
-        "counts those answers. (d') is the same graph without escalation.",
-        "Parallel tool calls run one at a time (max_concurrency=1) so per-tool fault schedules "
-        "are reproducible. Exception: when a parallel call raises in (b), Executor.map cancels "
-        "the siblings that have not started, so which siblings ran before RetryPolicy re-runs "
-        "the node depends on thread timing; (b)'s duplicates on parallel turns vary run to run.",
-        "Mixes with the same schedule (e.g. the p=0.15 ones) fault the same calls for a seed "
-        "(common random numbers): their differences come from the fault kind alone.",
-        *_unwired_features(),
-    ]
+    dialogues = list(
+        conversations
+        or ([c for c in CONVERSATIONS if c.id in QUICK_CONVERSATIONS] if quick else CONVERSATIONS)
+    )
+    scenarios: list[Scenario] = [*suite, *dialogues]
+    for scenario in scenarios:
+        oracle(scenario)
+    notes = _notes()
     skipped = {n: why for n in names if (why := _available(n)) is not None}
     for name, why in skipped.items():
         notes.append(f"contender {name} skipped: {why}")
     started = time.perf_counter()
     revision = _revision()  # before running: others may commit while it runs
     jobs = [
-        _Job(name, mix_name, seed, tuple(suite))
+        _Job(
+            name,
+            mix_name,
+            seed,
+            _scenarios(MIXES[mix_name], suite, dialogues, quick=quick),
+        )
         for name in names
         if name not in skipped
         for mix_name in mix_names
-        for seed in ([0] if mix_name == "clean" else range(seed_count))
+        for seed in (range(seed_count) if MIXES[mix_name].seeded else [0])
     ]
-    workers = max(1, min(workers if workers is not None else (os.cpu_count() or 1), len(jobs)))
-    if workers == 1:
-        done = [_run_job(job) for job in jobs]
-    else:
-        context = multiprocessing.get_context("spawn")  # no fork of a threaded process
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            done = list(pool.map(_run_job, jobs))
-    runs = [r for batch in done for r in batch]
+    runs = [r for batch in _run_jobs(jobs, workers) for r in batch]
     rows: list[Row] = []
-    task_map = {t.id: t for t in suite}
+    task_map: dict[str, Scenario] = {t.id: t for t in scenarios}
     for name in names:
-        clean_runs = [r for r in runs if r.contender == name and r.mix == "clean"]
         for mix_name in mix_names:
+            mix = MIXES[mix_name]
             mix_runs = [r for r in runs if r.contender == name and r.mix == mix_name]
+            base = [r for r in runs if r.contender == name and r.mix == mix.baseline]
             if mix_runs:
-                rows.append(_aggregate(mix_runs, MIXES[mix_name], clean_runs, task_map))
+                rows.append(_aggregate(mix_runs, mix, base, task_map))
     report = BenchReport(
         config={
             "quick": quick,
@@ -1212,6 +1739,7 @@ def run_bench(
             "mixes": mix_names,
             "seeds": seed_count,
             "tasks": len(suite),
+            "conversations": len(dialogues),
             "policy": {
                 "resilient": {
                     "max_attempts": RESILIENT_POLICY.max_attempts,
@@ -1262,7 +1790,8 @@ def print_report(report: BenchReport, console: Console) -> None:
     """The results table, the targets and the notes."""
     config = report.config
     table = Table(
-        title=f"Chaos benchmark: {config['tasks']} tasks x {config['seeds']} seeds "
+        title=f"Chaos benchmark: {config['tasks']} tasks, {config.get('conversations', 0)} "
+        f"conversations x {config['seeds']} seeds "
         f"({'quick' if config['quick'] else 'full'}, {config['elapsed_s']}s)"
     )
     columns = (
@@ -1271,9 +1800,11 @@ def print_report(report: BenchReport, console: Console) -> None:
         "contender",
         "success",
         "pass^k",
+        "turns",
         "crash",
         "dup",
         "after-rm/open",
+        "opens",
         "repeat",
         "human",
         "tool calls",
@@ -1299,9 +1830,11 @@ def print_report(report: BenchReport, console: Console) -> None:
             label,
             _pct(row.success),
             _pct(row.pass_k),
+            _pct(row.turn_success),
             str(row.crashed),
             str(row.duplicates),
             f"{row.calls_after_removal}/{row.calls_while_open}",
+            f"{row.breaker_opens}/{row.shadow_opens}",
             str(row.repeated_calls),
             str(row.escalations),
             f"{row.tool_calls} ({_ratio(row.tool_calls_vs_clean)})",

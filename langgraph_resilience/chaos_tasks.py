@@ -15,6 +15,11 @@ executing the intended calls directly, without any agent or framework; a run
 succeeds when the shop ends in exactly that state (and the agent gives exactly
 that answer).
 
+A `Conversation` is several tasks asked one after another on one thread, one
+human message each (`CONVERSATIONS`); tasks come back in later turns, so their
+calls repeat identical calls of earlier turns, and a side effect may rightly be
+asked for twice. Its oracle runs the tasks in order on one shop.
+
 `scripted_agent(task)` is a real tool-calling `BaseChatModel` whose every reply
 is a pure function of the messages it is shown: it issues the next step's
 calls, and when a call fails it does only what the step's ``on_error`` says
@@ -22,7 +27,12 @@ calls, and when a call fails it does only what the step's ``on_error`` says
 ``abort``: give up). It sees what any model would see (an error
 `ToolMessage`, output that is not JSON, a batch result listing failed items, a
 result someone else obtained for a call of its that failed) and never what the
-fault plan is.
+fault plan is. An `AgentStyle` makes it behave more like a real model:
+``reissue`` re-issues every failed call once under a new id before ``on_error``
+applies (as models do when an answer is lost), ``ids="per_message"`` numbers
+tool-call ids ``call_0``, ``call_1`` in every message (as several providers do).
+In a conversation it works on the task of the latest human message, from the
+messages after it.
 
 For ``add_resilience``: `scripted_repairer()` reads the error envelope and
 renames an argument the tool now requires or picks the closest allowed enum
@@ -42,7 +52,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field
 
@@ -54,17 +64,24 @@ from langgraph_resilience.tools import current_idempotency_key
 __all__ = [
     "ABORT_ANSWER",
     "ALTERNATIVES",
+    "CONVERSATIONS",
     "OUTPUT_SCHEMAS",
     "SIDE_EFFECT_TOOLS",
     "TASKS",
+    "AgentStyle",
     "Call",
+    "Conversation",
+    "IdStyle",
     "Oracle",
     "Ref",
+    "Scenario",
     "Shop",
     "Step",
     "Task",
     "Text",
     "agent_reply",
+    "current_turn",
+    "extra_effects",
     "judge",
     "operator_decision",
     "oracle",
@@ -74,6 +91,8 @@ __all__ = [
     "scripted_agent",
     "scripted_planner",
     "scripted_repairer",
+    "turn_judged",
+    "turns_of",
 ]
 
 ABORT_ANSWER = "Sorry, I could not complete this task."
@@ -620,6 +639,7 @@ class Call:
 
 
 OnError = Literal["retry", "skip", "abort"]
+IdStyle = Literal["unique", "per_message"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -1048,6 +1068,126 @@ def _suite() -> tuple[Task, ...]:
 TASKS: tuple[Task, ...] = _suite()
 """The suite: 41 tasks of 3 to 15 tool calls, 31 of them with side effects."""
 
+_BY_ID: Mapping[str, Task] = {t.id: t for t in TASKS}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Conversation:
+    """Several tasks asked one after another on ONE thread, one human message each.
+
+    A task may come back (the same question later in the day, the same restock
+    again): its calls then repeat identical calls of earlier turns, and a
+    repeated side effect is asked for anew, not duplicated. Its oracle runs the
+    tasks in order on one shop.
+    """
+
+    id: str
+    family: str
+    turns: tuple[Task, ...]
+
+    @property
+    def prompt(self) -> str:
+        """The first human message."""
+        return self.turns[0].prompt
+
+    @property
+    def calls(self) -> int:
+        """Tool calls on the intended path, over every turn."""
+        return sum(t.calls for t in self.turns)
+
+    @property
+    def side_effects(self) -> int:
+        """Side-effecting calls on the intended path, over every turn."""
+        return sum(t.side_effects for t in self.turns)
+
+    @property
+    def tools(self) -> frozenset[str]:
+        """The tools the conversation uses."""
+        return frozenset(name for t in self.turns for name in t.tools)
+
+    def repeats(self) -> int:
+        """Intended calls identical (tool + arguments as written) to one of an earlier
+        turn: what a thread-wide loop guard would count against the agent."""
+        seen: set[str] = set()
+        count = 0
+        for turn in self.turns:
+            mine = {f"{c.tool}:{c.args!r}" for s in turn.steps for c in s.calls}
+            count += len(mine & seen)
+            seen |= mine
+        return count
+
+
+Scenario = Task | Conversation
+"""What one run of the benchmark drives: a task on a fresh thread, or a conversation."""
+
+
+def turns_of(scenario: Scenario) -> tuple[Task, ...]:
+    """The tasks of `scenario`, one per human message."""
+    return scenario.turns if isinstance(scenario, Conversation) else (scenario,)
+
+
+def _conversation(cid: str, *task_ids: str) -> Conversation:
+    return Conversation(cid, "conversation", tuple(_BY_ID[t] for t in task_ids))
+
+
+CONVERSATIONS: tuple[Conversation, ...] = (
+    # A regular customer's day: the same weather question three times, the same status
+    # report twice, the same restock twice. get_customer("c1") is asked in 7 turns.
+    _conversation(
+        "conv-regular",
+        "weather-0",
+        "ten-reads-0",
+        "buy-0",
+        "weather-0",
+        "ten-reads-0",
+        "trip-0",
+        "restock-0",
+        "restock-0",
+        "weather-0",
+    ),
+    # A support shift: 14 tasks and over 100 tool calls on one thread (the per-task
+    # max_tool_attempts is 100), the same status email sent twice, on request.
+    _conversation(
+        "conv-shift",
+        "status-email-0",
+        "buy-1",
+        "refund-0",
+        "announce-0",
+        "ten-reads-1",
+        "ten-effects-0",
+        "reorder-0",
+        "ten-reads-2",
+        "trip-1",
+        "ops-0",
+        "ten-effects-1",
+        "ten-reads-3",
+        "status-email-0",
+        "restock-1",
+    ),
+)
+"""Conversations of many tasks on one thread (the loop guard and the budgets are per task)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentStyle:
+    """How the scripted agent behaves beyond each step's ``on_error``, as real models do.
+
+    >>> AgentStyle(reissue=True, ids="per_message").ids
+    'per_message'
+    """
+
+    reissue: bool = False
+    """Re-issue a call answered with an error once more (same tool, same arguments,
+    a new tool-call id) before doing what the step's ``on_error`` says: a model whose
+    call's answer was lost asks again before it gives up or moves on."""
+    ids: IdStyle = "unique"
+    """``unique``: every tool-call id is new on the thread (``<call>~<task>.<n>``);
+    ``per_message``: ``call_0``, ``call_1`` in every assistant message, as several
+    providers and local model servers number them."""
+
+
+_DEFAULT_STYLE = AgentStyle()
+
 
 # --------------------------------------------------------------- agent logic
 
@@ -1106,15 +1246,16 @@ class _Finish:
 
 
 def _next_action(
-    task: Task, results: Mapping[str, Any], tries: Mapping[str, int]
+    task: Task, results: Mapping[str, Any], tries: Mapping[str, int], *, reissue: bool = False
 ) -> _Issue | _Finish:
-    """The scripted policy: the next calls to issue, or the end of the task."""
+    """The scripted policy: the next calls to issue, or the end of the task. With
+    `reissue`, every failed call is issued once more before ``on_error`` applies."""
     for step in task.steps:
         pending = [c for c in step.calls if c.id not in results]
         ready = [c for c in pending if _resolvable(c, results)]  # others: a dependency failed
         if not ready:
             continue
-        allowed = 2 if step.on_error == "retry" else 1
+        allowed = 2 if step.on_error == "retry" or reissue else 1
         fresh = tuple(c for c in ready if tries.get(c.id, 0) < allowed)
         if fresh:
             return _Issue(fresh)
@@ -1160,37 +1301,109 @@ def _human_result(envelope: Mapping[str, Any]) -> tuple[bool, Any]:
 _ID_SEP = "~"
 
 
+def _task_calls(task: Task) -> dict[str, Call]:
+    return {c.id: c for s in task.steps for c in s.calls}
+
+
+@dataclasses.dataclass(slots=True)
+class _Issued:
+    """One tool call of an assistant message, waiting for (or given) its answer."""
+
+    position: int
+    call: ToolCall
+    intended: str | None
+    """The intended call it is (a `Call.id`), None for someone else's call."""
+
+
 def _history(
-    task: Task, messages: Sequence[BaseMessage]
+    task: Task, messages: Sequence[BaseMessage], style: AgentStyle = _DEFAULT_STYLE
 ) -> tuple[dict[str, Any], Counter[str], int]:
     """The agent's memory, read back from the conversation: results by intended call,
-    tries by intended call, and how many AI turns there were."""
-    known = {c.id for s in task.steps for c in s.calls}
-    answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+    tries by intended call, and how many AI turns there were.
+
+    Which intended call a tool call was: with unique ids, the id says so; with
+    per-message ids (``call_0`` in every message) the agent replays its own policy
+    on the conversation up to each of its messages, as a model knows what it asked
+    for. Each tool call is answered by the first `ToolMessage` after it with its id
+    (the latest call still waiting, when ids repeat).
+    """
+    known = _task_calls(task)
     results: dict[str, Any] = {}
     tries: Counter[str] = Counter()
     last_try: dict[str, int] = {}
     seen: list[tuple[int, str, Any, Any]] = []  # successful calls someone else made
+    waiting: dict[str, list[_Issued]] = {}
     turns = 0
     for position, message in enumerate(messages):
+        if isinstance(message, ToolMessage):
+            queue = waiting.get(message.tool_call_id)
+            if not queue:
+                continue
+            issued = queue.pop()
+            ok, value = _observe(message)
+            if issued.intended is None:
+                if ok:
+                    seen.append((issued.position, issued.call["name"], issued.call["args"], value))
+            elif ok:
+                results[issued.intended] = value
+            continue
         if not isinstance(message, AIMessage):
             continue
         turns += 1
-        for call in message.tool_calls:
-            call_id = call.get("id") or ""
-            name = call_id.rsplit(_ID_SEP, 1)[0]
-            ok, value = _observe(answers.get(call_id))
-            if name not in known:
-                if ok:
-                    seen.append((position, call["name"], call["args"], value))
-                continue
-            tries[name] += 1
-            last_try[name] = position
-            if ok:
-                results[name] = value
+        if style.ids == "per_message":
+            intended = _replayed(
+                task,
+                message,
+                results=results,
+                tries=tries,
+                last_try=last_try,
+                seen=seen,
+                reissue=style.reissue,
+            )
+        else:
+            intended = [_named(c.get("id"), known) for c in message.tool_calls]
+        for call, intended_call in zip(message.tool_calls, intended, strict=True):
+            if intended_call is not None:
+                tries[intended_call] += 1
+                last_try[intended_call] = position
+            issued = _Issued(position, call, intended_call)
+            waiting.setdefault(call.get("id") or "", []).append(issued)
     if seen:
         _adopt(task, results, last_try, seen)
     return results, tries, turns
+
+
+def _named(call_id: str | None, known: Mapping[str, Call]) -> str | None:
+    """The intended call a unique id names (``<call>~<task>.<n>``), None for another's."""
+    name = (call_id or "").rsplit(_ID_SEP, 1)[0]
+    return name if name in known else None
+
+
+def _replayed(
+    task: Task,
+    message: AIMessage,
+    *,
+    results: Mapping[str, Any],
+    tries: Mapping[str, int],
+    last_try: Mapping[str, int],
+    seen: Sequence[tuple[int, str, Any, Any]],
+    reissue: bool,
+) -> list[str | None]:
+    """The intended calls behind `message`'s tool calls, by replaying the policy on what
+    the agent knew when it wrote it; None for a message that is not the agent's (a
+    named one, e.g. a plan's) or a call the replay does not explain."""
+    none: list[str | None] = [None] * len(message.tool_calls)
+    if message.name:
+        return none
+    known = dict(results)
+    if seen:
+        _adopt(task, known, last_try, seen)
+    action = _next_action(task, known, tries, reissue=reissue)
+    if not isinstance(action, _Issue) or len(action.calls) != len(message.tool_calls):
+        return none
+    if any(c.tool != t["name"] for c, t in zip(action.calls, message.tool_calls, strict=True)):
+        return none
+    return [c.id for c in action.calls]
 
 
 def _adopt(
@@ -1226,20 +1439,37 @@ def _answer(task: Task, results: Mapping[str, Any], *, aborted: bool) -> str:
         return ABORT_ANSWER
 
 
-def agent_reply(task: Task, messages: Sequence[BaseMessage]) -> AIMessage:
+def current_turn(scenario: Scenario, messages: Sequence[BaseMessage]) -> tuple[Task, int]:
+    """The task the latest human message asks for, and where its messages start.
+
+    A conversation's k-th human message asks for its k-th task; only the messages
+    after it are that task's (a task's memory starts with its request)."""
+    humans = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    turns = turns_of(scenario)
+    task = turns[min(max(0, len(humans) - 1), len(turns) - 1)]
+    return task, (humans[-1] + 1 if humans else 0)
+
+
+def agent_reply(
+    task: Scenario, messages: Sequence[BaseMessage], style: AgentStyle = _DEFAULT_STYLE
+) -> AIMessage:
     """The scripted agent's reply to `messages` (a pure function of them)."""
-    results, tries, turns = _history(task, messages)
-    action = _next_action(task, results, tries)
+    current, start = current_turn(task, messages)
+    results, tries, _ = _history(current, messages[start:], style)
+    action = _next_action(current, results, tries, reissue=style.reissue)
     if isinstance(action, _Finish):
-        return AIMessage(content=_answer(task, results, aborted=action.aborted))
+        return AIMessage(content=_answer(current, results, aborted=action.aborted))
+    serial = sum(isinstance(m, AIMessage) for m in messages)  # unique on the whole thread
     calls = [
         ToolCall(
             name=c.tool,
             args=resolve(c.args, results),
-            id=f"{c.id}{_ID_SEP}{task.id}.{turns}",
+            id=f"call_{i}"
+            if style.ids == "per_message"
+            else f"{c.id}{_ID_SEP}{current.id}.{serial}",
             type="tool_call",
         )
-        for c in action.calls
+        for i, c in enumerate(action.calls)
     ]
     return AIMessage(content="", tool_calls=calls)
 
@@ -1248,23 +1478,28 @@ def agent_reply(task: Task, messages: Sequence[BaseMessage]) -> AIMessage:
 class _Reply:
     """One scripted reply (LangChain serializes a model's fields: keep the repr short)."""
 
-    task: Task | None
+    task: Scenario | None
     role: Literal["agent", "planner", "repairer"] = "agent"
+    style: AgentStyle = _DEFAULT_STYLE
 
     def __call__(self, messages: list[BaseMessage]) -> AIMessage:
         if self.task is None or self.role == "repairer":
             return repair_reply(messages)
         if self.role == "planner":
             return planner_reply(self.task, messages)
-        return agent_reply(self.task, messages)
+        return agent_reply(self.task, messages, self.style)
 
     def __repr__(self) -> str:
         return f"{self.role}({self.task.id if self.task else '-'})"
 
 
-def scripted_agent(task: Task, *, budget: int = MAX_MODEL_CALLS) -> ScriptedChatModel:
-    """A tool-calling chat model that works through `task` as its script says."""
-    return ScriptedChatModel(responses=[_Reply(task)] * budget)
+def scripted_agent(
+    task: Scenario, *, budget: int | None = None, style: AgentStyle = _DEFAULT_STYLE
+) -> ScriptedChatModel:
+    """A tool-calling chat model that works through `task` (or each task of a
+    conversation, one per human message) as its script says, in `style`."""
+    replies = budget if budget is not None else MAX_MODEL_CALLS * len(turns_of(task))
+    return ScriptedChatModel(responses=[_Reply(task, style=style)] * replies)
 
 
 # ------------------------------------------------------------------- oracle
@@ -1272,23 +1507,26 @@ def scripted_agent(task: Task, *, budget: int = MAX_MODEL_CALLS) -> ScriptedChat
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Oracle:
-    """The ground truth of a task: the backend state and answer of the intended path."""
+    """The ground truth of a task (or conversation): the backend state and answer of the
+    intended path."""
 
     state: dict[str, Any]
     answer: str | None
+    """The (last) task's answer; None when the task defines none."""
     duplicate_effects: int
+    answers: tuple[str | None, ...] = ()
+    """Each task's answer, in turn order."""
+    effects: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """Committed effects per identity at the end (a conversation may ask for one twice)."""
+    turn_effects: tuple[Mapping[str, int], ...] = ()
+    """The effects each task commits, in turn order."""
 
 
-_ORACLES: dict[str, tuple[Task, Oracle]] = {}
+_ORACLES: dict[str, tuple[Scenario, Oracle]] = {}
 
 
-def oracle(task: Task) -> Oracle:
-    """Execute `task`'s intended calls directly on a fresh `Shop`: no agent, no framework."""
-    cached = _ORACLES.get(task.id)
-    if cached is not None and cached[0] is task:
-        return cached[1]
-    shop = Shop()
-    tools = {t.name: t for t in shop.tools()}
+def _execute(task: Task, tools: Mapping[str, BaseTool]) -> dict[str, Any]:
+    """Run `task`'s intended calls directly; its results by call."""
     results: dict[str, Any] = {}
     tries: Counter[str] = Counter()
     while True:
@@ -1303,18 +1541,68 @@ def oracle(task: Task) -> Oracle:
             results[call.id] = json.loads(json.dumps(output))
     if len(results) != task.calls:
         raise AssertionError(f"task {task.id} skipped calls on a clean shop")
-    answer = _answer(task, results, aborted=False) if task.answer is not None else None
-    truth = Oracle(shop.snapshot(), answer, shop.duplicate_effects)
+    return results
+
+
+def oracle(task: Scenario) -> Oracle:
+    """Execute `task`'s intended calls directly on a fresh `Shop`: no agent, no framework.
+    A conversation's tasks run one after another on the same shop."""
+    cached = _ORACLES.get(task.id)
+    if cached is not None and cached[0] is task:
+        return cached[1]
+    shop = Shop()
+    tools = {t.name: t for t in shop.tools()}
+    answers: list[str | None] = []
+    turn_effects: list[Mapping[str, int]] = []
+    for turn in turns_of(task):
+        before = Counter(shop.effects)
+        results = _execute(turn, tools)
+        answers.append(_answer(turn, results, aborted=False) if turn.answer is not None else None)
+        turn_effects.append(dict(shop.effects - before))
+    truth = Oracle(
+        shop.snapshot(),
+        answers[-1],
+        shop.duplicate_effects,
+        tuple(answers),
+        dict(shop.effects),
+        tuple(turn_effects),
+    )
     _ORACLES[task.id] = (task, truth)
     return truth
 
 
-def judge(task: Task, shop: Shop, answer: str | None) -> bool:
-    """True when the run left the shop in the oracle's state (and gave its answer)."""
+def judge(task: Scenario, shop: Shop, answer: str | Sequence[str | None] | None) -> bool:
+    """True when the run left the shop in the oracle's state (and gave its answer; for a
+    conversation `answer` holds each turn's, and every one must be right)."""
     truth = oracle(task)
     if shop.snapshot() != truth.state:
         return False
-    return truth.answer is None or answer == truth.answer
+    given = (answer,) if answer is None or isinstance(answer, str) else tuple(answer)
+    if len(given) != len(truth.answers):
+        return False
+    return all(want is None or got == want for got, want in zip(given, truth.answers, strict=True))
+
+
+def turn_judged(
+    task: Scenario, effects: Sequence[Mapping[str, int]], answers: Sequence[str | None]
+) -> list[bool]:
+    """Per turn: did it give the oracle's answer and commit exactly the oracle's effects
+    for that turn (`effects`: what each turn committed, per identity)?"""
+    truth = oracle(task)
+    out = []
+    for k, want in enumerate(truth.answers):
+        got = answers[k] if k < len(answers) else None
+        made = effects[k] if k < len(effects) else {}
+        right = k < len(answers) and (want is None or got == want)
+        out.append(right and dict(made) == dict(truth.turn_effects[k]))
+    return out
+
+
+def extra_effects(task: Scenario, shop: Shop) -> int:
+    """Committed effects beyond what the oracle commits, per identity: duplicates (a
+    conversation may rightly ask for the same effect twice; that is not one)."""
+    expected = oracle(task).effects
+    return sum(max(0, n - max(1, expected.get(k, 0))) for k, n in shop.effects.items())
 
 
 # ------------------------------------------------------------------- planner
@@ -1367,7 +1655,7 @@ def _chain(call: Call, calls: Mapping[str, Call]) -> list[Call]:
     return order
 
 
-def planner_reply(task: Task, messages: Sequence[BaseMessage]) -> AIMessage:
+def planner_reply(scenario: Scenario, messages: Sequence[BaseMessage]) -> AIMessage:
     """The scripted planner's `Plan` for a plan request (see `replan.format_plan_request`).
 
     It sees what the request shows: the goal and the failed calls' envelopes, not
@@ -1382,7 +1670,8 @@ def planner_reply(task: Task, messages: Sequence[BaseMessage]) -> AIMessage:
     prompt = messages[-1].text if messages else ""
     found = _ENVELOPES.search(prompt)
     envelopes = json.loads(found["json"]) if found else []
-    calls = {c.id: c for s in task.steps for c in s.calls}
+    task = _planned_task(scenario, envelopes)
+    calls = _task_calls(task)
     steps: dict[str, dict[str, Any]] = {}
     failed: list[tuple[Mapping[str, Any], Call, str]] = []
     for envelope in envelopes:
@@ -1427,7 +1716,20 @@ def planner_reply(task: Task, messages: Sequence[BaseMessage]) -> AIMessage:
     )
 
 
-def scripted_planner(task: Task, *, budget: int = MAX_MODEL_CALLS) -> ScriptedChatModel:
+def _planned_task(scenario: Scenario, envelopes: Sequence[Mapping[str, Any]]) -> Task:
+    """The task whose calls failed: named in the envelopes' call ids (``<call>~<task>.<n>``),
+    else the first (a single task, or ids that say nothing)."""
+    turns = turns_of(scenario)
+    by_id = {t.id: t for t in turns}
+    for envelope in envelopes:
+        tail = str(envelope.get("call_id") or "").rpartition(_ID_SEP)[2]
+        found = by_id.get(tail.rpartition(".")[0])
+        if found is not None:
+            return found
+    return turns[0]
+
+
+def scripted_planner(task: Scenario, *, budget: int = MAX_MODEL_CALLS) -> ScriptedChatModel:
     """The planner model for `add_resilience(planner_model=...)` in the benchmark."""
     return ScriptedChatModel(responses=[_Reply(task, role="planner")] * budget)
 
@@ -1435,18 +1737,22 @@ def scripted_planner(task: Task, *, budget: int = MAX_MODEL_CALLS) -> ScriptedCh
 # ------------------------------------------------------------------ operator
 
 
-def operator_decision(request: Mapping[str, Any], asked: Counter[str]) -> dict[str, Any]:
+def operator_decision(
+    request: Mapping[str, Any], asked: Counter[str], *, call: str | None = None
+) -> dict[str, Any]:
     """The scripted human behind escalations (a ``Command(resume=...)`` value).
 
     The first escalation of a call is answered ``retry`` (as after fixing its
     cause: a permission, a service, or "check it and run it if needed"), a
     second one ``skip``. The operator does not look into the shop: a side
     effect whose outcome was unknown is reconciled by the package's idempotency
-    ledger and the tool's ``status_check`` when the call runs again.
+    ledger and the tool's ``status_check`` when the call runs again. `call`
+    names the call asked about (default: its ``call_id``; a caller whose agent
+    numbers ids per message says which message's call it is).
     """
-    call_id = str(request.get("call_id"))
-    asked[call_id] += 1
-    if asked[call_id] == 1:
+    name = call if call is not None else str(request.get("call_id"))
+    asked[name] += 1
+    if asked[name] == 1:
         return {"action": "retry"}
     return {"action": "skip", "note": "could not be completed"}
 

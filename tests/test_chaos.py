@@ -11,6 +11,7 @@ import pathlib
 from collections import Counter
 from typing import Any
 
+import httpx
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
@@ -34,7 +35,11 @@ from langgraph_resilience.chaos import (
 )
 from langgraph_resilience.chaos_bench import (
     CONTENDERS,
+    DEMO_BREAKER,
     MIXES,
+    QUICK_CONVERSATIONS,
+    QUICK_MIXES,
+    RESILIENT_POLICY,
     BenchReport,
     BuildContext,
     Built,
@@ -50,9 +55,13 @@ from langgraph_resilience.chaos_bench import (
 )
 from langgraph_resilience.chaos_tasks import (
     ABORT_ANSWER,
+    CONVERSATIONS,
     TASKS,
+    AgentStyle,
     Shop,
     agent_reply,
+    extra_effects,
+    judge,
     operator_decision,
     oracle,
     planner_reply,
@@ -60,8 +69,9 @@ from langgraph_resilience.chaos_tasks import (
     scripted_planner,
 )
 from langgraph_resilience.cli import main
-from langgraph_resilience.errors import ConfigurationError, ToolError
+from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolError
 from langgraph_resilience.idempotency import EffectStatus, as_partial_result
+from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.replan import Plan, format_plan_request, verify
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from langgraph_resilience.tools import _CURRENT_KEY
@@ -79,6 +89,7 @@ ISSUE_KINDS = {
     "http_404",
     "timeout",
     "timeout_after_commit",
+    "connect_timeout",
     "connection_reset",
     "malformed_output",
     "schema_drift",
@@ -362,6 +373,112 @@ def test_shadow_breaker_ignores_failures_that_say_nothing_about_the_upstream() -
     assert (counted.calls_while_open, uncounted.calls_while_open) == (0, 0)
 
 
+def test_connect_timeout_is_httpx_s_and_raised_before_the_tool_runs() -> None:
+    """connect_timeout raises httpx.ConnectTimeout without running the tool; the package
+    reads it as a request that never left, so even a side effect may be retried."""
+    lookup, _, ledger, clock = chaos("connect_timeout")
+
+    with pytest.raises(httpx.ConnectTimeout) as raised:
+        lookup.invoke({"order_id": 1})
+
+    assert ledger.effects == []
+    assert clock.monotonic() == pytest.approx(5.05)
+    verdict = classify(raised.value, profile=ToolProfile(side_effect=True))
+    assert verdict.failure_class is FailureClass.TRANSIENT
+    assert verdict.context["sent"] is False
+
+
+ONE_CALL = BreakerConfig(window_size=1, minimum_calls=1)
+"""A breaker that opens on one failed (logical) call."""
+
+
+def tool_call(call_id: str, order_id: int = 1) -> dict[str, Any]:
+    return {"name": "lookup", "args": {"order_id": order_id}, "id": call_id, "type": "tool_call"}
+
+
+def test_shadow_breaker_counts_a_retried_call_once() -> None:
+    """Two failed attempts and a success of one call are one successful call for the
+    shadow, as for the package's breakers: a one-call breaker stays closed. Counted per
+    attempt it would have refused the retry."""
+    [lookup, _] = inject(
+        make_tools(Ledger()), FaultPlan.of(burst("http_503", length=2)), 1, breaker=ONE_CALL
+    )
+    assert isinstance(lookup, ChaosTool)
+    for _ in range(2):
+        with pytest.raises(FakeHTTPError):
+            lookup.invoke(tool_call("c1"))
+    lookup.invoke(tool_call("c1"))
+    lookup.invoke(tool_call("c2"))
+
+    assert (lookup.calls_while_open, lookup.shadow_opens) == (0, 0)
+
+
+def test_shadow_breaker_counts_a_failed_call_once_it_left_the_tool() -> None:
+    """A call whose three attempts failed counts one failure from the caller's next turn
+    (epoch) on: the new call of that turn is one the breaker would refuse."""
+    epoch = [1]
+    [lookup, _] = inject(
+        make_tools(Ledger()),
+        FaultPlan.of(persistent("http_503")),
+        1,
+        breaker=ONE_CALL,
+        epoch=lambda: epoch[0],
+    )
+    assert isinstance(lookup, ChaosTool)
+    for _ in range(3):
+        with pytest.raises(FakeHTTPError):
+            lookup.invoke(tool_call("c1"))
+    assert lookup.calls_while_open == 0
+    epoch[0] = 2
+    with pytest.raises(FakeHTTPError):
+        lookup.invoke(tool_call("c2"))
+
+    assert (lookup.calls_while_open, lookup.shadow_opens) == (1, 1)
+
+
+def test_shadow_breaker_sees_a_call_leave_for_its_fallback() -> None:
+    """The same call id reaching another tool (a fallback) shows the call left: a later
+    call of the same turn to the failed tool counts as one made while open."""
+    [lookup, notify] = inject(
+        make_tools(Ledger()),
+        FaultPlan.of(persistent("http_503", tools=("lookup",))),
+        1,
+        breaker=ONE_CALL,
+        epoch=lambda: 1,
+    )
+    assert isinstance(lookup, ChaosTool)
+    with pytest.raises(FakeHTTPError):
+        lookup.invoke(tool_call("c1"))
+    notify.invoke({**tool_call("c1"), "name": "notify", "args": {"to": ["a"], "subject": "s"}})
+    with pytest.raises(FakeHTTPError):
+        lookup.invoke(tool_call("c2", order_id=2))
+
+    assert lookup.calls_while_open == 1
+
+
+def test_a_reused_call_id_is_a_new_call_in_a_new_epoch() -> None:
+    """Per-message ids (call_0 every turn): attempts are grouped per id and epoch, so two
+    turns' call_0 are two calls of one attempt each, not one call retried."""
+    epoch = [1]
+    [lookup, _] = inject(
+        make_tools(Ledger()), FaultPlan.of(single("http_503")), 1, epoch=lambda: epoch[0]
+    )
+    with pytest.raises(FakeHTTPError):
+        lookup.invoke(tool_call("call_0"))
+    lookup.invoke(tool_call("call_0"))  # a retry of the same call
+    epoch[0] = 2
+    lookup.invoke(tool_call("call_0"))  # the next turn's call_0
+
+    stats = chaos_stats([lookup])
+    assert (stats.max_attempts_per_call, stats.attempts_by_call) == (2, {"lookup:call_0": 2})
+    assert [e.epoch for e in stats_log(lookup)] == [1, 1, 2]
+
+
+def stats_log(tool_: BaseTool) -> list[Any]:
+    assert isinstance(tool_, ChaosTool)
+    return tool_.log
+
+
 def test_attempts_are_counted_per_tool_call_id() -> None:
     """Tool calls carrying an id are counted per id and per identical call."""
     [lookup, _] = inject(make_tools(Ledger()), FaultPlan.of(single("http_503")), 1)
@@ -586,6 +703,92 @@ def test_agent_uses_a_replanned_result_only_for_a_call_that_failed_before_it() -
     assert agent_reply(task, messages).tool_calls[0]["name"] == "get_weather"
 
 
+def test_reissuing_agent_asks_once_more_even_where_the_step_aborts() -> None:
+    """buy-3's order step says abort: the plain agent gives up on the first error; the
+    re-issuing one sends the same call (tool, arguments) once more under a new id."""
+    task = next(t for t in TASKS if t.id == "buy-3")
+    style = AgentStyle(reissue=True)
+    messages: list[Any] = [HumanMessage(task.prompt)]
+    for _ in range(2):  # customer, stock
+        messages += answered(agent_reply(task, messages, style), json.dumps({"ok": 1}))
+    first = agent_reply(task, messages, style)
+    assert first.tool_calls[0]["name"] == "create_order"
+    messages += answered(first, "lost", status="error")
+
+    assert agent_reply(task, messages).content == ABORT_ANSWER  # the plain agent
+    again = agent_reply(task, messages, style)
+    [(call, retry)] = zip(first.tool_calls, again.tool_calls, strict=True)
+    assert (retry["name"], retry["args"]) == (call["name"], call["args"])
+    assert retry["id"] != call["id"]
+    messages += answered(again, "lost", status="error")
+    assert agent_reply(task, messages, style).content == ABORT_ANSWER
+
+
+def test_per_message_ids_restart_at_call_0_and_the_agent_keeps_track() -> None:
+    """Ids per message: trip-0's three geocodes are call_0..call_2 and the weather calls
+    call_0..call_2 again; a failed one comes back as call_0 of the next message, and the
+    answers are paired with the right calls."""
+    task = next(t for t in TASKS if t.id == "trip-0")
+    style = AgentStyle(ids="per_message")
+    shop = Shop()
+    messages: list[Any] = [HumanMessage(task.prompt)]
+    messages += answered(agent_reply(task, messages, style), json.dumps(shop.get_customer("c1")))
+    geos = agent_reply(task, messages, style)
+    assert [c["id"] for c in geos.tool_calls] == ["call_0", "call_1", "call_2"]
+    cities = [c["args"]["city"] for c in geos.tool_calls]
+    messages += [
+        geos,
+        ToolMessage(json.dumps(shop.geocode(cities[0])), tool_call_id="call_0"),
+        ToolMessage("503", tool_call_id="call_1", status="error"),
+        ToolMessage(json.dumps(shop.geocode(cities[2])), tool_call_id="call_2"),
+    ]
+    retry = agent_reply(task, messages, style)
+    assert [(c["id"], c["args"]) for c in retry.tool_calls] == [("call_0", {"city": cities[1]})]
+    messages += answered(retry, json.dumps(shop.geocode(cities[1])))
+    weather = agent_reply(task, messages, style)
+    lats = [c["args"]["lat"] for c in weather.tool_calls]
+    assert lats == [shop.geocode(city)["lat"] for city in cities]
+
+
+def test_in_a_conversation_the_agent_works_on_the_latest_request() -> None:
+    """After a task's answer, the next human message starts the next task, from scratch:
+    the same lookup is issued again."""
+    conversation = next(c for c in CONVERSATIONS if c.id == "conv-regular")
+    first, second = conversation.turns[0], conversation.turns[1]
+    messages: list[Any] = [HumanMessage(first.prompt)]
+    call = agent_reply(conversation, messages)
+    messages += answered(call, json.dumps(Shop().get_customer("c1")))
+    messages += [AIMessage("done"), HumanMessage(second.prompt)]
+    again = agent_reply(conversation, messages)
+
+    assert (again.tool_calls[0]["name"], again.tool_calls[0]["args"]) == (
+        call.tool_calls[0]["name"],
+        call.tool_calls[0]["args"],
+    )
+    assert again.tool_calls[0]["id"] != call.tool_calls[0]["id"]
+    assert again.tool_calls[0]["id"].startswith(f"cust~{second.id}.")
+
+
+def test_conversations_are_long_and_repeat_themselves() -> None:
+    """Each conversation repeats calls of earlier turns; the shift asks for more tool
+    calls than one task's budget; their oracles run the tasks in order on one shop, and
+    an effect asked for twice is not a duplicate."""
+    assert all(c.repeats() > 0 and len(c.turns) >= 9 for c in CONVERSATIONS)
+    shift = next(c for c in CONVERSATIONS if c.id == "conv-shift")
+    assert shift.calls > RESILIENT_POLICY.max_tool_attempts
+    regular = next(c for c in CONVERSATIONS if c.id == "conv-regular")
+    truth = oracle(regular)
+    assert truth.duplicate_effects == 2  # restock-0 asked twice: desk and kettle again
+    shop = Shop()
+    for _ in range(2):
+        shop.restock("desk", 10)
+        shop.restock("kettle", 10)
+    assert extra_effects(regular, shop) == 0
+    shop.restock("desk", 10)
+    assert extra_effects(regular, shop) == 1
+    assert not judge(regular, Shop(), list(truth.answers))
+
+
 # ------------------------------------------------------------------- the bench
 
 
@@ -685,6 +888,181 @@ def test_only_operator_approved_retries_exceed_the_attempt_budget() -> None:
     assert check_targets(report) == []
 
 
+def task_named(task_id: str) -> Any:
+    return next(t for t in [*TASKS, *CONVERSATIONS] if t.id == task_id)
+
+
+def test_a_re_issue_after_a_lost_answer_is_a_duplicate_for_toolnode_not_for_the_package() -> None:
+    """Lost answers of side effects, an agent that asks again under a new id: ToolNode
+    runs the re-issue (a second order, refund, email); the package, told the earlier
+    call's outcome is unknown, reconciles it or does not run the re-issue blindly."""
+    mix = MIXES["reissue"]
+    runs = [(t, s) for t in ("buy-0", "ten-effects-0", "reorder-0") for s in (0, 1)]
+    plain = [run_task(CONTENDERS["toolnode"], task_named(t), mix, s) for t, s in runs]
+    ours = [run_task(CONTENDERS["resilient_unattended"], task_named(t), mix, s) for t, s in runs]
+
+    assert sum(r.duplicates for r in plain) > 0
+    assert sum(r.duplicates for r in ours) == 0
+    assert sum(r.refused_calls for r in ours) > 0  # re-issues it would not run blindly
+    assert all(r.unanswered_calls == 0 for r in ours)
+
+
+def test_a_human_retry_of_a_lost_effect_asks_the_status_service_first() -> None:
+    """buy-0's confirmation email is sent but its answer is lost; the status service is
+    down for that first query, so (d) escalates; the operator answers retry. The status
+    service is up again: asked, it says the email went out, so it is not sent twice."""
+    down = [1]
+
+    def build(ctx: BuildContext) -> Built:
+        def status_check(key: str) -> EffectStatus:
+            if down[0]:
+                down[0] -= 1
+                raise FakeHTTPError(503)
+            return ctx.shop.status_check(key)
+
+        app = build_resilient(
+            ctx.tools,
+            ctx.model,
+            clock=ctx.clock,
+            seed=ctx.seed,
+            checkpointer=ctx.checkpointer,
+            status_check=status_check,
+        )
+        return Built(app, [])
+
+    plan = FaultPlan.of(single("timeout_after_commit", tools=("send_email",)))
+    mix = Mix("lost-email", "unknown", plan, "", agent=AgentStyle(reissue=True))
+    run = run_task(Contender("flaky-status", "flaky", build, True), task_named("buy-0"), mix, 0)
+
+    assert (run.escalations, run.human_retries) == (1, ("mail~buy-0.3",))
+    assert (run.duplicates, run.success) == (0, True)
+
+
+def test_one_approved_retry_runs_a_lost_effect_once_more_not_until_it_answers() -> None:
+    """The status service is down all along and the email's answer is lost six times in
+    a row: the operator's one 'retry' allows one more send, not six (7 sends today)."""
+
+    def build(ctx: BuildContext) -> Built:
+        def status_check(key: str) -> EffectStatus:
+            raise FakeHTTPError(503)
+
+        app = build_resilient(
+            ctx.tools,
+            ctx.model,
+            clock=ctx.clock,
+            seed=ctx.seed,
+            checkpointer=ctx.checkpointer,
+            status_check=status_check,
+        )
+        return Built(app, [])
+
+    plan = FaultPlan.of(burst("timeout_after_commit", length=6, tools=("send_email",)))
+    mix = Mix("lost-six-times", "unknown", plan, "")
+    run = run_task(Contender("status-down", "down", build, True), task_named("buy-0"), mix, 0)
+
+    assert run.human_retries[:1] == ("mail~buy-0.3",)
+    assert run.attempts_by_call.get("send_email:mail~buy-0.3", 1) <= 2
+    assert run.duplicates <= 1
+
+
+def test_per_message_ids_are_all_answered_and_change_nothing() -> None:
+    """The same runs with ids numbered per message (call_0 in every assistant message):
+    every call answered, and (d) does exactly what it does with unique ids."""
+    runs = [(t, s) for t in ("buy-0", "trip-0", "ops-0", "ten-effects-0") for s in (0, 1)]
+    for name in ("resilient", "resilient_unattended"):
+        unique = [run_task(CONTENDERS[name], task_named(t), MIXES["reissue"], s) for t, s in runs]
+        numbered = [
+            run_task(CONTENDERS[name], task_named(t), MIXES["per_message_ids"], s) for t, s in runs
+        ]
+        assert all(r.unanswered_calls == 0 for r in numbered), name
+
+        def outcome(r: Any) -> tuple[Any, ...]:
+            return (r.success, r.duplicates, r.escalations, r.tool_calls, r.executions)
+
+        assert [outcome(r) for r in numbered] == [outcome(r) for r in unique], name
+        if name == "resilient_unattended":
+            assert sum(r.duplicates for r in numbered) == 0
+
+
+def test_a_long_conversation_runs_every_task_like_the_first() -> None:
+    """conv-shift on one thread: more tool calls than one task's budget, the same lookups
+    in up to seven turns; (d) runs every call on its tool and gets every turn right."""
+    shift = task_named("conv-shift")
+    run = run_task(CONTENDERS["resilient"], shift, MIXES["conversation"], 0)
+
+    assert run.tool_calls > RESILIENT_POLICY.max_tool_attempts
+    assert run.max_tool_calls_per_task <= RESILIENT_POLICY.max_tool_attempts
+    assert (run.success, run.turns_ok, run.turns) == (True, len(shift.turns), len(shift.turns))
+    assert (run.diverted_calls, run.duplicates) == (0, 0)
+
+
+def test_the_conversation_mix_catches_a_budget_that_spans_the_thread() -> None:
+    """The regression the conversation mix guards against: with the per-task tool budget
+    as a thread-wide cap, the shift's last requests are refused."""
+    thread_wide = dataclasses.replace(
+        RESILIENT_POLICY, max_thread_tool_attempts=RESILIENT_POLICY.max_tool_attempts
+    )
+    assert isinstance(thread_wide, ResiliencePolicy)
+
+    def build(ctx: BuildContext) -> Built:
+        app = build_resilient(
+            ctx.tools,
+            ctx.model,
+            clock=ctx.clock,
+            seed=ctx.seed,
+            checkpointer=ctx.checkpointer,
+            status_check=ctx.status_check,
+            policy=thread_wide,
+        )
+        return Built(app, [])
+
+    contender = Contender("thread-budget", "thread budget", build, True)
+    run = run_task(contender, task_named("conv-shift"), MIXES["conversation"], 0)
+
+    assert not run.success
+    assert run.refused_calls > 0
+
+
+def test_background_faults_open_no_breaker_and_cost_no_success() -> None:
+    """Random 429/503/connect timeouts at p=0.15 per attempt on every tool of a long
+    conversation: (d)'s breakers never open and no call is made while one should be,
+    though (a)'s calls, one attempt each, trip the same breaker; (d) is the best."""
+    report = run_bench(
+        quick=True,
+        contenders=["toolnode", "create_agent", "resilient"],
+        mixes=["background"],
+        tasks=[task_named("weather-0")],  # the clean mix's, and the overhead timing's
+        workers=1,
+    )
+    statuses = {t.name: t.status for t in report.targets}
+    plain = report.row("toolnode", "background")
+    ours = report.row("resilient", "background")
+    assert plain is not None
+    assert ours is not None
+
+    assert report.config["mixes"] == ["clean", "conversation", "background"]
+    assert (ours.breaker_opens, ours.calls_while_open, ours.duplicates) == (0, 0, 0)
+    assert plain.shadow_opens > 0
+    assert statuses["background: breakers never open under background faults"] == "met"
+    assert statuses["background: success >= the best other contender"] == "met"
+    assert ours.faults > 0
+    assert check_targets(report) == []
+
+
+def test_an_outage_opens_the_package_breaker_while_others_keep_calling() -> None:
+    """get_weather is down (demo-sized breaker): (d)'s breaker opens on the first call
+    that gives up, the other calls go to the fallback without touching get_weather; a
+    breaker fed with ToolNode's calls would have refused its re-issues."""
+    task = task_named("trip-0")
+    ours = run_task(CONTENDERS["resilient"], task, MIXES["outage"], 0)
+    plain = run_task(CONTENDERS["toolnode"], task, MIXES["outage"], 0)
+
+    assert MIXES["outage"].breaker == DEMO_BREAKER
+    assert (ours.success, ours.calls_while_open) == (True, 0)
+    assert ours.breaker_opens >= 1
+    assert plain.calls_while_open > 0
+
+
 def test_same_seed_gives_identical_counts() -> None:
     """Two runs with the same seeds produce the same counts, run by run."""
     tasks = [t for t in TASKS if t.id in {"buy-0", "trip-0", "ten-reads-0", "announce-0"}]
@@ -693,7 +1071,7 @@ def test_same_seed_gives_identical_counts() -> None:
         return run_bench(
             quick=True,
             contenders=["toolnode", "resilient"],
-            mixes=["transient", "schema_drift"],
+            mixes=["transient", "schema_drift", "per_message_ids"],
             seeds=2,
             tasks=tasks,
             workers=1,
@@ -711,10 +1089,19 @@ def quick_report() -> BenchReport:
 
 
 def test_quick_run_meets_every_landed_target(quick_report: BenchReport) -> None:
-    """check_targets passes on the quick run: what CI runs."""
+    """check_targets passes on the quick run (what CI runs)."""
     assert check_targets(quick_report) == []
-    assert {r.mix for r in quick_report.rows} >= {"clean", "transient"}
-    assert len({r.task for r in quick_report.runs}) == len(quick_tasks())
+    assert {r.mix for r in quick_report.rows} == set(QUICK_MIXES)
+    quick_ids = {t.id for t in quick_tasks()} | set(QUICK_CONVERSATIONS)
+    assert {r.task for r in quick_report.runs} == quick_ids
+    names = {t.name for t in quick_report.targets}
+    assert {
+        "reissue: no duplicate side effects",
+        "per_message_ids: every tool call answered",
+        "conversation: every task on one thread succeeds",
+        "conversation: no call refused or diverted (loop guard, budgets per task)",
+        "background: breakers never open under background faults",
+    } <= names
 
 
 def test_quick_run_reports_unlanded_paths_as_pending(quick_report: BenchReport) -> None:
@@ -757,5 +1144,8 @@ def test_a_missed_target_is_reported_by_check_targets(quick_report: BenchReport)
         runs=quick_report.runs,
     )
 
-    assert check_targets(broken) == ["clean: no duplicate side effects: 1 duplicates in 1 runs"]
+    assert check_targets(broken) == [
+        "clean: no duplicate side effects: 1 duplicates in 1 runs",
+        *check_targets(quick_report),
+    ]
     assert any(t.status == "missed" for t in evaluate_targets(broken))
