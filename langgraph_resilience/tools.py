@@ -19,6 +19,7 @@ import inspect
 import itertools
 import json
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 
@@ -1429,9 +1430,13 @@ class GuardedToolNode:
         recent = list(task.get("recent") or [])
         gone = ledger.get("gone") or {}
         valid = [(call_slot(ai, ai_index, i), call) for i, call in enumerate(ai.tool_calls)]
+        ids = Counter(call["id"] for call in ai.tool_calls)
         for slot, call in [*valid, *repaired_invalid]:
             call_id = call["id"] or ""
             if call_id in answered:
+                continue
+            if not call_id or ids[call_id] > 1:  # ToolMessages could not tell them apart
+                batch.preflight.append(_Preflight(_call_id_error(call, ids[call_id]), slot=slot))
                 continue
             record = calls.get(slot)
             if record is not None and (
@@ -1458,17 +1463,24 @@ class GuardedToolNode:
                 batch.preflight.append(_Preflight(last, exhausted, key, slot=slot))
                 continue
             budget_left -= 1
-            if record is not None:
-                if record.get("item_keys"):
-                    batch.item_keys[call_id] = list(record["item_keys"])
-                if _tool_attempts(record) >= self._max_attempts(name):
-                    batch.spent.add(call_id)
-                if record.get("approved"):
-                    batch.approved.add(call_id)
-            batch.keys[call_id] = key
-            batch.slots[call_id] = slot
-            batch.runnable.append({**call, "name": name, "args": args})
+            self._to_run(batch, slot, {**call, "name": name, "args": args}, key, record)
         return batch
+
+    def _to_run(
+        self, batch: _Batch, slot: str, call: ToolCall, key: str, record: CallRecord | None
+    ) -> None:
+        """Add a call to the step's runnable calls, with what its run must know."""
+        call_id = call["id"] or ""
+        if record is not None:
+            if record.get("item_keys"):
+                batch.item_keys[call_id] = list(record["item_keys"])
+            if _tool_attempts(record) >= self._max_attempts(call["name"]):
+                batch.spent.add(call_id)
+            if record.get("approved"):
+                batch.approved.add(call_id)
+        batch.keys[call_id] = key
+        batch.slots[call_id] = slot
+        batch.runnable.append(call)
 
     def _input(self, state: Any, batch: _Batch) -> dict[str, Any]:
         messages = read_messages(state, self.messages_key)[: batch.ai_index]
@@ -1967,11 +1979,12 @@ class GuardedToolNode:
             return {}
         output: Any = {}
         if batch.runnable:
-            token = _STEP.set(self._in_step(batch, self._ledgers.resolve(config)))
+            previous = _STEP.get()
+            _STEP.set(self._in_step(batch, self._ledgers.resolve(config)))
             try:
                 output = self._tool_node.invoke(self._input(state, batch), config)
-            finally:
-                _STEP.reset(token)
+            finally:  # set, not reset: a BaseException may unwind in another context
+                _STEP.set(previous)
         update, reports = self._finish(state, batch, output)
         self._report_settled(reports)
         return update
@@ -1984,11 +1997,12 @@ class GuardedToolNode:
         output: Any = {}
         if batch.runnable:
             ledger = await self._ledgers.aresolve(config)
-            token = _STEP.set(self._in_step(batch, ledger))
+            previous = _STEP.get()
+            _STEP.set(self._in_step(batch, ledger))
             try:
                 output = await self._tool_node.ainvoke(self._input(state, batch), config)
-            finally:
-                _STEP.reset(token)
+            finally:  # set, not reset: a BaseException may unwind in another context
+                _STEP.set(previous)
         update, reports = self._finish(state, batch, output)
         await self._areport_settled(reports)
         return update
@@ -2129,6 +2143,23 @@ def _last_error(record: CallRecord | None) -> ToolError | None:
     if record is None or record["error"] is None:
         return None
     return ToolError.model_validate(record["error"])
+
+
+def _call_id_error(call: ToolCall, count: int) -> ToolError:
+    """The envelope of a call whose id is missing or shared with another call of its
+    message: its answer could not be matched to it, so it is not run."""
+    what = "has no id" if not call["id"] else f"shares its id with {count - 1} other call(s)"
+    return ToolError(
+        type="InvalidCallId",
+        failure_class=FailureClass.STRUCTURAL,
+        message=f"this tool call {what} in the same message, so its answer could not be "
+        "told apart; it was not executed. Issue each call with its own id.",
+        suggested_action="ask_human",
+        retriable=False,
+        tool=call["name"],
+        call_id=call["id"] or None,
+        context={"call_id": call["id"] or None, "duplicates": count if call["id"] else 0},
+    )
 
 
 def _budget_error(call: ToolCall, exhausted: ExhaustionReason) -> ToolError:
