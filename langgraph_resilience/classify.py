@@ -159,10 +159,12 @@ def _body(error: BaseException) -> str | None:
     text = getattr(response, "text", None)
     if callable(text) or text is None:
         body = getattr(error, "body", None)
-        text = json.dumps(body, default=str) if isinstance(body, dict | list) else body
+        text = (
+            json.dumps(redact_value(body), default=str) if isinstance(body, dict | list) else body
+        )
     if isinstance(text, str) and text:
-        # Redact before truncating: a cut could leave a token too short to recognize.
-        return redact(text)[:_MAX_BODY]
+        # Cut first (redaction reads a bounded prefix, dropping a token the cut splits).
+        return redact(text, limit=_MAX_BODY)
     return None
 
 
@@ -443,7 +445,7 @@ def classify(
         )
     else:
         text = str(error) or type(error).__name__
-    message = redact(text)[:_MAX_MESSAGE]
+    message = redact(text, limit=_MAX_MESSAGE)
     return ToolError(
         type=type(error).__name__,
         failure_class=verdict.failure_class,

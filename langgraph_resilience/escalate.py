@@ -34,7 +34,7 @@ from langgraph_resilience.canonical import call_key
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
-from langgraph_resilience.redaction import redact
+from langgraph_resilience.redaction import mask_args, redact, redact_value, unmask_args
 from langgraph_resilience.state import (
     CallRecord,
     Ledger,
@@ -72,13 +72,17 @@ class Resolution(BaseModel):
 
 
 def escalation_request(call_id: str, record: CallRecord, error: ToolError) -> dict[str, Any]:
-    """The JSON value passed to `interrupt()`: everything a human needs to decide."""
+    """The JSON value passed to `interrupt()`: everything a human needs to decide.
+
+    It is stored in the checkpoint and shown to a person, so it holds no secret: the
+    call's arguments go through `mask_args` (``"password": "[REDACTED]"``) and the
+    envelope is redacted once more (the human's answer is kept as given)."""
     return {
         "type": ESCALATION_TYPE,
         "call_id": call_id,
         "tool": record["tool"],
-        "args": record.get("args", {}),
-        "envelope": error.model_dump(mode="json"),
+        "args": mask_args(record.get("args", {})),
+        "envelope": redact_value(error.model_dump(mode="json")),
         "reason": error.context.get("exhausted") or error.failure_class.value,
         "options": {
             "retry": {"action": "retry"},
@@ -245,11 +249,11 @@ class EscalateNode:
             updated: CallRecord = dict(record)  # type: ignore[assignment]
             if resolution.action in ("retry", "edit"):
                 if resolution.args is not None:
+                    # "[REDACTED]" sent back (the payload masks secrets) keeps the real value
+                    args = unmask_args(resolution.args, record.get("args", {}))
                     tool = record.get("served_by") or record["tool"]
-                    updated["args"] = resolution.args
-                    updated["key"] = call_key(
-                        tool, resolution.args, noise_fields=self.policy.noise_fields
-                    )
+                    updated["args"] = args
+                    updated["key"] = call_key(tool, args, noise_fields=self.policy.noise_fields)
                 updated["status"] = "scheduled"
                 updated["due"] = None  # run at once: next_step routes straight to tools
                 updated["approved"] = True  # a human vouched: an unknown outcome may rerun

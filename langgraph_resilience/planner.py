@@ -31,6 +31,7 @@ from langgraph_resilience.classify import classify
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
+from langgraph_resilience.redaction import redact
 from langgraph_resilience.replan import (
     Plan,
     PlanError,
@@ -190,7 +191,11 @@ class PlannerNode:
 
     def _verdict(self, context: dict[str, Any], reply: Any) -> tuple[Plan | None, PlanVerdict]:
         if not isinstance(reply, Plan):
-            detail = classify(reply).message if isinstance(reply, BaseException) else repr(reply)
+            detail = (
+                classify(reply).message
+                if isinstance(reply, BaseException)
+                else redact(repr(reply), limit=500)
+            )
             reason = RejectionReason(
                 code="empty_plan", message=f"the planner returned no valid Plan: {detail}"
             )

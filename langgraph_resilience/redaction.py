@@ -1,80 +1,424 @@
-"""Secret redaction for everything that leaves a tool call: envelopes, events, logs.
+"""Secret redaction for everything that leaves a tool call: envelopes, prompts, events, logs.
 
 An exception's text routinely carries what must never reach a model or a log:
-``Authorization`` headers, bearer tokens, API keys, passwords, DSNs with
-credentials. Redaction is applied once, where the envelope is built.
+``Authorization`` headers, bearer tokens, API keys, JWTs, cookies, session ids,
+private keys, passwords, DSNs with credentials. `redact` scrubs free text,
+`redact_value` JSON-like values (secret-named keys are blanked whatever they hold),
+`mask_args` a tool call's arguments shown to a model or a human, and `unmask_args`
+puts the real values back where a model (or a human) copied a masked one.
+
+`redact` is linear in its input and reads a bounded prefix of it: the text is cut
+to `limit` characters *first* (the token the cut splits is dropped, so a secret
+cut in half cannot show its first half), then scrubbed by patterns without
+catastrophic backtracking. A hostile upstream sending a megabyte of ``a-a-a-``
+costs microseconds, not minutes.
+
+What is caught, and by which scan:
+
+* PEM private key blocks (``-----BEGIN ... PRIVATE KEY-----`` to its END, or to
+  the end of the text when the END is missing).
+* ``key=value`` / ``key: value`` / ``"key": "value"`` pairs whose key names a
+  secret: a quoted value is redacted whole (escapes and all); an unquoted value of
+  ``Authorization``/``Cookie``/``Set-Cookie`` runs to the end of the line, of a
+  password-like key (``password``, ``passwd``, ``pwd``, ``pass``, ``passphrase``,
+  ``secret``, ``client_secret``, ``private_key``) to the end of the pair (the next
+  ``key=`` or the end of the line), of a token-like key (``token``,
+  ``access_token``, ``api_key``, ``access_key``, ``jwt``, ``session_id``,
+  ``X-Session-Id``) to the end of the word.
+* ``scheme://user:password@host``: everything between the first ``:`` and the
+  *last* ``@`` of the URL is the password, so a raw ``@`` in it leaves nothing.
+* Token shapes wherever they stand: ``Bearer``/``Basic`` credentials, JWTs
+  (``eyJ...``), ``sk-``, ``ghp_``/``gho_``/..., ``xox?-``, ``AKIA``/``ASIA``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
-__all__ = ["REDACTED", "redact", "redact_value"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "REDACTED",
+    "TRUNCATED",
+    "is_secret_key",
+    "mask_args",
+    "redact",
+    "redact_value",
+    "unmask_args",
+]
 
 REDACTED = "[REDACTED]"
+"""What a secret is replaced with (a URL's password becomes ``***``)."""
 
-_SECRET_KEY = re.compile(
-    # a key that *is* a secret's name, or ends with one: "access_token" yes, "max_tokens" no
-    r"^(?:.*[_\-.])?(authorization|password|passwd|pwd|secret|token|api[_-]?key|apikey|"
-    r"cookie|set-cookie|credentials?|private[_-]?key|dsn|session[_-]?id|access[_-]?key)$",
-    re.IGNORECASE,
-)
+TRUNCATED = "…[truncated]"
+"""The marker ending a text `redact` had to cut to its `limit`."""
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # scheme://user:password@host  ->  scheme://user:[REDACTED]@host
-    # (the user may be empty: redis://:password@host)
-    (re.compile(r"(\b[a-z][a-z0-9+.-]*://[^:/@\s]*:)([^@\s]+)(@)", re.IGNORECASE), r"\1***\3"),
-    # Authorization: Bearer xyz / Basic xyz
-    (
-        re.compile(r"((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)([^\"',}\n]+)", re.IGNORECASE),
-        r"\1" + REDACTED,
-    ),
-    (re.compile(r"\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE), r"\1 " + REDACTED),
-    # key=value and "key": "value" pairs whose key names a secret
-    (
-        re.compile(
-            r"((?:password|passwd|pwd|secret|token|api[_-]?key|apikey|access[_-]?key|"
-            r"client[_-]?secret)[\"']?\s*[:=]\s*[\"']?)([^\s\"'&,;}]+)",
-            re.IGNORECASE,
-        ),
-        r"\1" + REDACTED,
-    ),
-    # well-known token shapes
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), REDACTED),  # Slack uses a dash
-    (re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), REDACTED),
+DEFAULT_LIMIT = 4096
+"""Characters of a text `redact` reads and returns by default (marker included)."""
+
+_MAX_DEPTH = 8
+_MISQUOTED_PAIRS = 8
+"""How many pairs inside one quoted value are checked for quotes paired wrongly."""
+_PARTIAL_TOKEN = 256
+"""How far back from a cut `redact` looks for the start of the token the cut splits."""
+
+# -------------------------------------------------------------------- secret names
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_SECRET_NAME = re.compile(
+    # the whole (normalized) key, or its last part after a separator: "access_token"
+    # and "dbPassword" yes, "max_tokens", "author" and "password_hint" no
+    r"(?:^|[_.\s])(?:authorization|auth|passwords?|passwd|pwd|pass|passphrase|secrets?|"
+    r"secret_?key|token|api_?keys?|apikey|cookies?|credentials?|private_?key|dsn|"
+    r"session_?id|sessid|access_?key|jwt|bearer)$"
 )
 
 
-def redact(text: str) -> str:
-    """Remove credentials from free text.
+@functools.lru_cache(maxsize=4096)
+def _secret_name(name: str) -> bool:
+    normalized = _CAMEL.sub("_", name[-64:]).lower().replace("-", "_")
+    return _SECRET_NAME.search(normalized) is not None
 
-    >>> redact("GET failed: Authorization: Bearer abc.def.ghi")
-    'GET failed: Authorization: [REDACTED]'
-    >>> redact("postgresql://app:hunter2@db:5432/x")
-    'postgresql://app:***@db:5432/x'
+
+def is_secret_key(key: object) -> bool:
+    """True if a mapping key names a secret (its value is blanked whatever it is).
+
+    >>> [is_secret_key(k) for k in ("password", "dbPassword", "X-Session-Id", "max_tokens")]
+    [True, True, True, False]
     """
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
+    return _secret_name(key if isinstance(key, str) else str(key))
+
+
+# --------------------------------------------------------------- text: key=value
+# Every pattern below is linear: an unbounded repetition either ends the pattern
+# (nothing after it can fail and make the engine retry a shorter match) or stops at a
+# character it does not repeat (possessive, so nothing is given back), and a scan
+# that could start at every character of a run is guarded so that it starts once per
+# run. Patterns begin with literals, not with a word boundary or a lookbehind (those
+# cost the engine its fast scan for a first character): the token callbacks check
+# what stands before a match instead, and cheap substring tests skip whole scans.
+
+_KEY_END = r"""(?:\\?["'])?[ \t]*[:=][ \t]*"""  # a quoted key's quote, then ':' or '='
+_QUOTED = (
+    r"""\\"(?:[^\\\n]|\\\\\\"|\\[^"\n])*+(?:\\")?"""  # \"...\" in JSON text in a JSON string
+    r"""|[bBrRuU]?"(?:[^"\\\n]|\\.)*+"?"""  # "...", escapes included, to the line's end
+    r"""|[bBrRuU]?'(?:[^'\\\n]|\\.)*+'?"""
+)
+_PAIR_END = (
+    # the next pair (" user=", "&q=", ', "user":', not "x :" or "x://"), or the quote
+    # closing the string this pair stands in, or the end of the line
+    r"""(?<![\s&;,])[\s&;,]++["']?[A-Za-z_][\w.\-]*+["']?(?:=|:(?!//))"""
+    r"""|["'](?=[ \t]*+(?:[,;}\])\r\n]|\Z))"""
+    r"""|[\r\n]"""
+)
+_LINE_NAMES = r"authorization|cookie"  # the rest of the line: Proxy-Authorization, Set-Cookie
+_PHRASE_NAMES = (  # up to the end of the pair ("bypass=", "compass:" are no "pass")
+    r"pass(?:word|wd|phrase)|(?<![a-z])pass|pwd|secret(?:[_-]?key)?|private[_-]?key"
+)
+_WORD_NAMES = (  # one word
+    r"token|api[_-]?key|apikey|access[_-]?key|subscription[_-]?key|jwt"
+    r"|session[_-]?id|sessionid|sessid"
+)
+_WORD_VALUE = (
+    # not the next secret pair ("token: X-Session-Id: abc" leaves that pair to its rule)
+    rf"""(?![\w.\-]*?(?:{_LINE_NAMES}|{_PHRASE_NAMES}|{_WORD_NAMES})(?:\\?["'])?[ \t]*[:=])"""
+    r"""[^\s"'&,;<>(){}\[\]]*+"""
+)
+_PAIR = re.compile(
+    rf"(?:(?P<line>{_LINE_NAMES})|(?P<phrase>{_PHRASE_NAMES})|{_WORD_NAMES}){_KEY_END}"
+    rf"(?P<value>{_QUOTED}|(?(line)[^\r\n]*+|(?(phrase)(?:(?!{_PAIR_END}).)*+|{_WORD_VALUE})))",
+    re.IGNORECASE | re.ASCII,
+)
+_QUOTE_OPEN = re.compile(r"""\\"|[bBrRuU]?["']""")
+
+
+def _pair(match: re.Match[str]) -> str:
+    whole = match.group(0)
+    value = match.group("value")
+    start = match.start("value") - match.start()
+    opened = _QUOTE_OPEN.match(value)
+    if opened is not None:  # keep the quotes: '"password": "[REDACTED]"'
+        quote = opened.group(0)
+        closing = quote[-2:] if quote.startswith("\\") else quote[-1]
+        inner = value[len(quote) :]
+        closed = len(inner) >= len(closing) and inner.endswith(closing)
+        if closed:
+            inner = inner[: -len(closing)]
+        if not inner or inner in (REDACTED, "***"):
+            return whole
+        return whole[:start] + quote + REDACTED + (closing if closed else "")
+    kept = value.rstrip()
+    if not kept or kept in (REDACTED, "***"):
+        return whole
+    return whole[:start] + REDACTED + value[len(kept) :]
+
+
+def _pairs(text: str) -> str:
+    parts: list[str] = []
+    pos = 0
+    while (match := _PAIR.search(text, pos)) is not None:
+        parts += [text[pos : match.start()], _pair(match)]
+        pos = match.end()
+        if _QUOTE_OPEN.match(match.group("value")):
+            pos = _misquoted(text, match.start("value") + 1, pos, parts)
+    return "".join(parts) + text[pos:] if parts else text
+
+
+def _misquoted(text: str, probe: int, end: int, parts: list[str]) -> int:
+    """A pair inside a quoted value whose own value runs past that value's closing
+    quote (the quotes were paired wrongly: ``token:' ... password='s3 cr&t'``) is
+    redacted to its end too. Returns where the redacted text now ends."""
+    for _ in range(_MISQUOTED_PAIRS):  # a bounded search: linear, whatever the quoting
+        inner = _PAIR.search(text, probe, end)
+        if inner is None:
+            break
+        full = _PAIR.match(text, inner.start())
+        stop = inner.end() if full is None else full.end()
+        if stop > end:
+            parts.append(REDACTED)
+            end = stop
+        probe = inner.end()
+    return end
+
+
+# ------------------------------------------------------------ text: other shapes
+
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+
+_WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_B64URL = _WORD | {"-"}
+
+_BEARER = re.compile(r"(?P<scheme>bearer|basic)\s++[A-Za-z0-9._~+/=-]{6,}+", re.I | re.A)
+_TOKEN_HINT = re.compile(r"eyJ|sk-|gh[pousr]_|github_pat_|xox|AKIA|ASIA")
+_TOKENS: tuple[tuple[tuple[str, ...], re.Pattern[str], frozenset[str]], ...] = (
+    # (substrings one of which must be present, pattern, characters that may not precede)
+    (("eyJ",), re.compile(r"eyJ[A-Za-z0-9_-]{8,}+(?:\.[A-Za-z0-9_-]*+){0,2}"), _B64URL),
+    (("sk-",), re.compile(r"sk-[A-Za-z0-9_-]{8,}+"), _WORD),
+    (
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        re.compile(r"(?:gh[pousr]|github_pat)_[A-Za-z0-9_-]{8,}+"),
+        _WORD,
+    ),
+    (("xox",), re.compile(r"xox[abposr]-[A-Za-z0-9-]{8,}+"), _WORD),
+    (("AKIA", "ASIA"), re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9_])"), _WORD),
+)
+
+_URL_TOKEN = re.compile(r"""[^\s"'<>`]*+""")
+
+_DELIMITERS = frozenset(" \t\r\n\f\v\"'`,;&=:<>()[]{}|\\@")
+
+
+def _token_replacer(not_before: frozenset[str]) -> Callable[[re.Match[str]], str]:
+    def replace(match: re.Match[str]) -> str:
+        at = match.start()
+        if at and match.string[at - 1] in not_before:  # "desk-12345678" holds no key
+            return match.group(0)
+        scheme = match.groupdict().get("scheme")
+        return f"{scheme} {REDACTED}" if scheme else REDACTED
+
+    return replace
+
+
+_TOKEN_RULES = tuple((hints, pattern, _token_replacer(nb)) for hints, pattern, nb in _TOKENS)
+_BEARER_RULE = _token_replacer(_WORD)
+
+
+def _tokens(text: str) -> str:
+    lowered = text.lower()  # only asked whether a word is there
+    if "bearer" in lowered or "basic" in lowered:
+        text = _BEARER.sub(_BEARER_RULE, text)
+    if _TOKEN_HINT.search(text) is None:
+        return text
+    for hints, pattern, replace in _TOKEN_RULES:
+        if any(hint in text for hint in hints):
+            text = pattern.sub(replace, text)
     return text
 
 
-def redact_value(value: Any, *, _depth: int = 0) -> Any:
-    """Redact a JSON-like value: secret-named keys are blanked, strings scrubbed."""
-    if _depth > 8:
+def _pem(text: str) -> str:
+    parts: list[str] = []
+    pos = 0
+    while (begin := _PEM_BEGIN.search(text, pos)) is not None:
+        end = _PEM_END.search(text, begin.end())
+        parts += [text[pos : begin.start()], REDACTED]
+        pos = len(text) if end is None else end.end()  # no END: the key runs to the cut
+    return "".join(parts) + text[pos:] if parts else text
+
+
+def _userinfo(text: str, *, truncated: bool) -> str:
+    """``scheme://user:password@host`` -> ``scheme://user:***@host``; the password is
+    everything from the user's ``:`` to the URL's last ``@`` (a raw ``@`` included)."""
+    parts: list[str] = []
+    pos = 0
+    at = text.find("://")
+    while at >= 0:
+        start = at + 3
+        following = text.find("://", start)
+        token = _URL_TOKEN.match(text, start, len(text) if following < 0 else following)
+        end = start if token is None else token.end()
+        stop = text.rfind("@", start, end)
+        if stop < 0 and truncated and end == len(text):
+            stop = end  # the cut came before the '@': what follows 'user:' may be a password
+        if stop >= 0:
+            colon = text.find(":", start, stop)
+            if colon >= 0 and not any(c in text[start:colon] for c in "/?#"):
+                password = text[colon + 1 : stop]
+                if password and password != "***":
+                    parts += [text[pos : colon + 1], "***"]
+                    pos = stop
+        at = following
+    return "".join(parts) + text[pos:] if parts else text
+
+
+def _scrub(text: str, *, truncated: bool = False) -> str:
+    if "-----BEGIN" in text:
+        text = _pem(text)
+    if ":" in text or "=" in text:
+        text = _pairs(text)
+        if "://" in text and ("@" in text or truncated):
+            text = _userinfo(text, truncated=truncated)
+    return _tokens(text)
+
+
+def _head(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, without the first part of a token the cut
+    splits (unless that token is too long to be a credential of its own)."""
+    if text[limit - 1] in _DELIMITERS or text[limit] in _DELIMITERS:
+        return text[:limit]
+    for index in range(limit - 1, max(-1, limit - 1 - _PARTIAL_TOKEN), -1):
+        if text[index] in _DELIMITERS:
+            return text[: index + 1]
+    return text[:limit]
+
+
+def redact(text: str, *, limit: int | None = DEFAULT_LIMIT) -> str:
+    """Remove credentials from free text, reading at most `limit` characters of it.
+
+    A longer text is cut first and ends with `TRUNCATED`; the result is never longer
+    than `limit`. ``limit=None`` scrubs all of it (still in linear time).
+
+    >>> redact("GET failed: Authorization: Bearer abc.def.ghi")
+    'GET failed: Authorization: [REDACTED]'
+    >>> redact("postgresql://app:p@ss@db:5432/x")
+    'postgresql://app:***@db:5432/x'
+    >>> redact("password=correct horse&3 battery user=app")
+    'password=[REDACTED] user=app'
+    >>> redact("retry failed: sk-abcdefghijklmnop", limit=30)  # never 'sk-abcdefghijklm'
+    'retry failed: …[truncated]'
+    """
+    if limit is None:
+        return _scrub(text)
+    if limit <= len(TRUNCATED):
+        return TRUNCATED[:limit] if limit > 0 else ""
+    if len(text) <= limit:
+        out = _scrub(text)
+    else:
+        out = _scrub(_head(text, limit), truncated=True) + TRUNCATED
+    if len(out) > limit:  # "[REDACTED]" can be longer than what it replaced
+        out = out[: limit - len(TRUNCATED)] + TRUNCATED
+    return out
+
+
+# ------------------------------------------------------------------ JSON values
+
+
+def redact_value(value: Any, *, limit: int | None = DEFAULT_LIMIT, _depth: int = 0) -> Any:
+    """Redact a JSON-like value: secret-named keys are blanked, strings scrubbed (each
+    with `redact`'s `limit`), lists, tuples and sets of any depth walked (as lists);
+    anything else becomes its scrubbed ``repr``. Deeper than 8 levels is blanked.
+
+    >>> redact_value({"user": "u", "password": "x", "items": [{"note": "token=abc123"}]})
+    {'user': 'u', 'password': '[REDACTED]', 'items': [{'note': 'token=[REDACTED]'}]}
+    """
+    if _depth > _MAX_DEPTH:
         return REDACTED
     if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, Mapping):
-        return {
-            str(k): REDACTED if _SECRET_KEY.search(str(k)) else redact_value(v, _depth=_depth + 1)
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact_value(v, _depth=_depth + 1) for v in value]
+        return redact(value, limit=limit)
     if value is None or isinstance(value, bool | int | float):
         return value
-    return redact(repr(value))
+    if isinstance(value, Mapping):
+        return {
+            str(k): REDACTED
+            if is_secret_key(k)
+            else redact_value(v, limit=limit, _depth=_depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple | Set):
+        if value and isinstance(value, list | tuple) and all(_is_pair(v) for v in value):
+            # headers as [("Cookie", "sid=..."), ...]: a secret-named pair keeps its name
+            return [
+                [
+                    k,
+                    REDACTED
+                    if is_secret_key(k)
+                    else redact_value(v, limit=limit, _depth=_depth + 2),
+                ]
+                for k, v in value
+            ]
+        return [redact_value(v, limit=limit, _depth=_depth + 1) for v in value]
+    return redact(repr(value), limit=limit)
+
+
+def _is_pair(value: Any) -> bool:
+    return isinstance(value, list | tuple) and len(value) == 2 and isinstance(value[0], str)
+
+
+def mask_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call's arguments as a model or a human may see them: every secret-named
+    argument (at any depth) is ``[REDACTED]``, every string scrubbed.
+
+    Use it wherever a call's arguments are shown (repair and planner prompts, the
+    escalation request); `unmask_args` maps a masked value copied back to the real one.
+
+    >>> mask_args({"user": "u", "password": "hunter2", "auth": {"token": "t"}})
+    {'user': 'u', 'password': '[REDACTED]', 'auth': '[REDACTED]'}
+    """
+    masked = redact_value(dict(args))
+    return masked if isinstance(masked, dict) else {}
+
+
+def unmask_args(proposed: Mapping[str, Any], original: Mapping[str, Any]) -> dict[str, Any]:
+    """`proposed` arguments with each value that is exactly what `mask_args` showed of
+    `original` at the same place replaced by the original value.
+
+    A model repairing a call (or a human editing it) sees ``"password": "[REDACTED]"``;
+    sending that back means "keep it", never "set the password to [REDACTED]". Only
+    values at the same path as in `original` are restored, so a masked secret never
+    moves to another argument.
+
+    >>> unmask_args({"user": "v", "password": REDACTED}, {"user": "u", "password": "pw"})
+    {'user': 'v', 'password': 'pw'}
+    """
+    restored = _restore(dict(proposed), dict(original), 0, secret=False)
+    return restored if isinstance(restored, dict) else dict(proposed)
+
+
+def _restore(new: Any, old: Any, depth: int, *, secret: bool) -> Any:
+    if secret or depth > _MAX_DEPTH:
+        return old if new == REDACTED and old != REDACTED else new
+    if isinstance(new, Mapping) and isinstance(old, Mapping):
+        before = {str(k): v for k, v in old.items()}
+        return {
+            k: _restore(v, before[k], depth + 1, secret=is_secret_key(k)) if k in before else v
+            for k, v in new.items()
+        }
+    if isinstance(new, list) and isinstance(old, list | tuple) and len(new) == len(old):
+        if old and all(_is_pair(pair) for pair in old):  # shown as [name, value] pairs
+            return [
+                [a[0], _restore(a[1], b[1], depth + 2, secret=is_secret_key(b[0]))]
+                if _is_pair(a) and a[0] == b[0]
+                else a
+                for a, b in zip(new, old, strict=True)
+            ]
+        return [_restore(a, b, depth + 1, secret=False) for a, b in zip(new, old, strict=True)]
+    if (
+        isinstance(new, str)
+        and new != old
+        and not isinstance(old, Mapping | list | tuple | Set)
+        and new == redact_value(old, _depth=depth)
+    ):
+        return old
+    return new

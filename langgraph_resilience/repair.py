@@ -39,6 +39,7 @@ from langgraph_resilience.classify import classify
 from langgraph_resilience.errors import ExhaustionReason, ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.policy import ResiliencePolicy
+from langgraph_resilience.redaction import mask_args, redact, redact_value, unmask_args
 from langgraph_resilience.state import (
     CallRecord,
     Ledger,
@@ -72,20 +73,22 @@ def repair_prompt(
     """The repair request: the user's recent requests, the failed call and its envelope.
 
     Only human turns are quoted: the pending `AIMessage` has unanswered tool
-    calls, which most providers reject as input.
+    calls, which most providers reject as input. Nothing in it carries a secret:
+    the arguments are shown through `mask_args` (``"password": "[REDACTED]"``; a
+    repair that sends a masked value back keeps the real one, see `unmask_args`),
+    the user's words and the envelope are redacted.
     """
     requests = [m for m in messages if isinstance(m, HumanMessage)][-_CONTEXT_MESSAGES:]
-    context = "\n".join(f"- {m.text}" for m in requests) or "- (no user message)"
+    context = "\n".join(f"- {redact(m.text, limit=None)}" for m in requests)
     previous = [
-        f"- {json.dumps(entry['args'], sort_keys=True, default=str)} failed: "
-        f"{entry['error'].get('message', '')}"
+        f"- {_shown_args(entry['args'])} failed: {redact(str(entry['error'].get('message', '')))}"
         for entry in record.get("trail") or []
     ]
+    envelope = redact_value(error.model_dump(mode="json", exclude_none=True))
     parts = [
-        f"The user asked:\n{context}",
-        f"Failed call: {tool.name}"
-        f"({json.dumps(record.get('args', {}), sort_keys=True, default=str)})",
-        f"Error envelope: {error.model_dump_json(exclude_none=True)}",
+        f"The user asked:\n{context or '- (no user message)'}",
+        f"Failed call: {tool.name}({_shown_args(record.get('args', {}))})",
+        f"Error envelope: {json.dumps(envelope, ensure_ascii=False, separators=(',', ':'))}",
     ]
     if previous:
         parts.append("Earlier attempts that also failed:\n" + "\n".join(previous))
@@ -213,7 +216,8 @@ class RepairNode:
                 elif not isinstance(reply, AIMessage) or not reply.tool_calls:
                     outcome = "no_tool_call"
                 else:
-                    new_args = dict(reply.tool_calls[0]["args"])
+                    # a masked value sent back ("password": "[REDACTED]") keeps the real one
+                    new_args = unmask_args(reply.tool_calls[0]["args"], record.get("args", {}))
                     outcome = self._judge(request, record, new_args, seen)
             events[outcome] = events.get(outcome, 0) + 1
             emit(
@@ -277,6 +281,12 @@ class RepairNode:
         if spent >= self.policy.max_recovery_llm_calls:
             return "max_recovery_llm_calls"
         return None
+
+
+def _shown_args(args: Any) -> str:
+    """A call's arguments as the repair model sees them: secret-named ones masked."""
+    shown = mask_args(args) if isinstance(args, Mapping) else redact_value(args)
+    return json.dumps(shown, sort_keys=True, default=str)
 
 
 def _task(state: Any, messages_key: str) -> TaskLedger:

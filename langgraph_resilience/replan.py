@@ -65,7 +65,7 @@ from langgraph_resilience.errors import (
     ResilienceError,
     ToolError,
 )
-from langgraph_resilience.redaction import redact, redact_value
+from langgraph_resilience.redaction import mask_args, redact, redact_value
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -1048,11 +1048,13 @@ def format_plan_request(
     """Build the planner's prompt: a `SystemMessage` with the rules, a `HumanMessage` with
     the goal, the failures, the tools and the previous rejection.
 
-    `goal` is the conversation as text, `failures` the (already redacted)
-    envelopes, shown as JSON and redacted again. `arguments` maps a failed call's
-    id to the arguments it failed with, shown next to its envelope with
-    secret-named fields redacted, so the planner knows what not to repeat and which
-    values a new path needs. `tools` are anything
+    `goal` is the conversation as text (shown redacted), `failures` the (already
+    redacted) envelopes, shown as JSON and redacted again. `arguments` maps a failed
+    call's id to the arguments it failed with, shown next to its envelope through
+    `mask_args` (secret-named fields at any depth ``[REDACTED]``, strings scrubbed), so
+    the planner knows what not to repeat and which values a new path needs; the
+    rejected plan's arguments and the verifier's reasons are shown the same way.
+    `tools` are anything
     `convert_to_openai_tool` accepts; `breaker_states` maps a tool to
     ``closed``/``open``/``half_open``. A tool with an open breaker or a
     structural failure is listed as unavailable. `rejected` (and
@@ -1083,21 +1085,24 @@ def format_plan_request(
         if unavailable:
             spec["unavailable_because"] = "; ".join(unavailable)
         listed.append(spec)
-    envelopes = [error.model_dump(mode="json", exclude_none=True) for error in failures]
-    for envelope in envelopes:
+    envelopes: list[dict[str, Any]] = []
+    for error in failures:
+        envelope = redact_value(error.model_dump(mode="json", exclude_none=True))
         args = (arguments or {}).get(str(envelope.get("call_id") or ""))
         if args is not None:
-            envelope["arguments"] = redact_value(dict(args))
+            envelope["arguments"] = mask_args(args)
+        envelopes.append(envelope)
     sections = [
-        "## Goal\n" + (goal.strip() or "(no conversation given)"),
-        "## Failed calls (error envelopes)\n" + redact(_json_block(envelopes)),
+        "## Goal\n" + (redact(goal.strip(), limit=None) or "(no conversation given)"),
+        "## Failed calls (error envelopes)\n" + redact(_json_block(envelopes), limit=None),
         "## Tools\n" + _json_block(listed),
     ]
     if rejected is not None and rejected.reasons:
-        lines = [f"- [{r.code}] {r.message}" for r in rejected.reasons]
+        lines = [f"- [{r.code}] {redact(r.message, limit=None)}" for r in rejected.reasons]
         text = "## Your previous plan was rejected\n" + "\n".join(lines)
         if rejected_plan is not None:
-            text += "\n\nThe rejected plan:\n" + _json_block(rejected_plan.model_dump(mode="json"))
+            shown = redact_value(rejected_plan.model_dump(mode="json"))  # args as mask_args
+            text += "\n\nThe rejected plan:\n" + redact(_json_block(shown), limit=None)
         sections.append(text + "\n\nFix every reason above.")
     sections.append("Answer with a Plan.")
     system = _PLANNER_SYSTEM.format(min_words=MIN_CONTENT_WORDS, max_steps=max_steps)

@@ -86,7 +86,7 @@ from langgraph_resilience.in_flight import (
 from langgraph_resilience.loops import LoopKind, detect_loop
 from langgraph_resilience.policy import ResiliencePolicy
 from langgraph_resilience.profile import ToolProfile
-from langgraph_resilience.redaction import redact
+from langgraph_resilience.redaction import mask_args, redact
 from langgraph_resilience.retry import ledger_retry_delay
 from langgraph_resilience.router import (
     Decision,
@@ -2112,6 +2112,8 @@ def _with_trail(message: ToolMessage, record: CallRecord) -> ToolMessage:
     }
     if not trail:
         return message
+    if "trail" in trail:  # the failed attempts' arguments, shown: secret-named ones masked
+        trail["trail"] = [{**entry, "args": mask_args(entry["args"])} for entry in trail["trail"]]
     trail["attempts"] = record["attempts"]
     metadata = {**message.response_metadata, "resilience": trail}
     update: dict[str, Any] = {"response_metadata": metadata}
@@ -2184,7 +2186,7 @@ def _invalid_call_error(invalid: Mapping[str, Any]) -> ToolError:
         retriable=False,
         tool=invalid.get("name") or "",
         call_id=invalid.get("id"),
-        context={"args": redact(str(invalid.get("args") or "")[:200]), "stage": "arguments"},
+        context={"args": redact(str(invalid.get("args") or ""), limit=200), "stage": "arguments"},
     )
 
 

@@ -1,9 +1,22 @@
 """Secret redaction of free text (`redact`) and JSON-like values (`redact_value`)."""
 
+import math
+import time
+
 import pytest
 
-from langgraph_resilience import redact
-from langgraph_resilience.redaction import REDACTED, redact_value
+from langgraph_resilience import redact, redaction
+from langgraph_resilience.classify import classify
+from langgraph_resilience.redaction import (
+    DEFAULT_LIMIT,
+    REDACTED,
+    TRUNCATED,
+    is_secret_key,
+    mask_args,
+    redact_value,
+    unmask_args,
+)
+from langgraph_resilience.testing import FakeHTTPError
 
 
 @pytest.mark.parametrize(
@@ -202,3 +215,278 @@ def test_redact_value_bounds_depth() -> None:
     for _ in range(50):
         deep = {"next": deep}
     assert "hunter2" not in str(redact_value(deep))
+
+
+# ------------------------------------------------ the kinds the old patterns missed
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "password=correct horse&3 battery user=app",
+            f"password={REDACTED} user=app",
+            id="password-to-the-end-of-the-pair",
+        ),
+        pytest.param("password=correct horse&3 battery", f"password={REDACTED}", id="to-eol"),
+        pytest.param(
+            "login password='correct horse&3' user=app",
+            f"login password='{REDACTED}' user=app",
+            id="password-quoted",
+        ),
+        pytest.param(
+            '{"password": "a \\"quoted\\" pw", "user": "app"}',
+            f'{{"password": "{REDACTED}", "user": "app"}}',
+            id="password-json-escapes",
+        ),
+        pytest.param(
+            '{"error": "{\\"token\\": \\"abc\\\\\\"def\\"}"}',
+            f'{{"error": "{{\\"token\\": \\"{REDACTED}\\"}}"}}',
+            id="json-inside-a-json-string",
+        ),
+        pytest.param(
+            "host=db user=app password='s3 cr&t' dbname=x",
+            f"host=db user=app password='{REDACTED}' dbname=x",
+            id="keyword-dsn-quoted",
+        ),
+        pytest.param(
+            "host=db user=app password=s3cr&t dbname=x",
+            f"host=db user=app password={REDACTED} dbname=x",
+            id="keyword-dsn-unquoted",
+        ),
+        pytest.param("postgresql://app:p@ss@db/x", "postgresql://app:***@db/x", id="url-raw-at"),
+        pytest.param(
+            "redis://:a/b@c@cache:6379/0", "redis://:***@cache:6379/0", id="url-raw-slash-and-at"
+        ),
+        pytest.param(
+            "Cookie: sid=abc123; theme=dark", f"Cookie: {REDACTED}", id="cookie-whole-line"
+        ),
+        pytest.param(
+            "Set-Cookie: session=abc123; Path=/; HttpOnly\nServer: x",
+            f"Set-Cookie: {REDACTED}\nServer: x",
+            id="set-cookie",
+        ),
+        pytest.param(
+            "X-Session-Id: s3ss10n next", f"X-Session-Id: {REDACTED} next", id="x-session-id"
+        ),
+        pytest.param("session_id=s3ss10n&x=1", f"session_id={REDACTED}&x=1", id="session_id"),
+        pytest.param("jwt=opaque123 ok", f"jwt={REDACTED} ok", id="jwt-pair"),
+        pytest.param(
+            "got eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl back",
+            f"got {REDACTED} back",
+            id="jwt-bare",
+        ),
+        pytest.param(
+            "key -----BEGIN RSA PRIVATE KEY-----\nMIIEabc\ndef==\n-----END RSA PRIVATE KEY----- ok",
+            f"key {REDACTED} ok",
+            id="pem-block",
+        ),
+        pytest.param(
+            "key -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\nAAAA",
+            f"key {REDACTED}",
+            id="pem-without-end",
+        ),
+        pytest.param("passphrase=open sesame 42", f"passphrase={REDACTED}", id="passphrase"),
+        pytest.param("db_pass=xyz", f"db_pass={REDACTED}", id="pass"),
+        pytest.param(
+            "client_secret=abc123xyz access_key=AK1 token=t0k",
+            f"client_secret={REDACTED} access_key={REDACTED} token={REDACTED}",
+            id="secret-access-key-token",
+        ),
+        pytest.param(
+            "token: X-Session-Id: s3ss10n",
+            f"token: X-Session-Id: {REDACTED}",
+            id="a-key-is-not-a-value",
+        ),
+        pytest.param(
+            "token:' see host=db password='s3 cr&t' x",
+            f"token:'{REDACTED}'{REDACTED} x",
+            id="quotes-paired-wrongly",
+        ),
+    ],
+)
+def test_redact_whole_values(text: str, expected: str) -> None:
+    """A value is redacted whole: quoted (escapes and all), to the end of the pair, to the
+    end of the line (headers), or the whole password of a URL (a raw '@' included)."""
+    assert redact(text) == expected
+    assert redact(expected) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "bypass=true compass: north",
+        "max_tokens=100 and tokens: 12",
+        "password_hint=blue",
+        "https://example.com/users/@alice",
+        "retry in 3s: upstream busy",
+        "ssh://git@github.com/org/repo.git",
+    ],
+)
+def test_redact_leaves_lookalikes_alone(text: str) -> None:
+    """Names that only contain a secret's name, and URLs without a password, stay."""
+    assert redact(text) == text
+
+
+# ------------------------------------------------------------------- truncation
+
+
+def test_redact_reads_a_bounded_prefix() -> None:
+    """A long text is cut before it is scrubbed; the result says so and fits the limit."""
+    text = "password=hunter2 user=app " + "x " * 10_000
+    out = redact(text, limit=100)
+    assert len(out) == 100
+    assert out.startswith(f"password={REDACTED} user=app x x")
+    assert out.endswith(TRUNCATED)
+    assert len(redact("x" * 10_000)) == DEFAULT_LIMIT
+    assert redact("x" * 10_000, limit=None) == "x" * 10_000
+
+
+def test_the_token_a_cut_splits_is_dropped() -> None:
+    """A credential cut in half by the limit shows none of its first half."""
+    for secret in ("ghp_abcdefghijklmnop", "sk-abcdefghijklmnop", "AKIAIOSFODNN7EXAMPLE"):
+        text = "x" * 40 + " " + secret + " tail"
+        for limit in range(42, 42 + len(secret) + 5):
+            out = redact(text, limit=limit)
+            assert secret[:4] not in out, (limit, out)
+            assert len(out) <= limit
+
+
+def test_a_url_cut_before_its_at_keeps_no_password() -> None:
+    """A DSN the cut ends before its '@' (a long password) shows no password."""
+    text = "postgresql://app:" + "p" * 400 + "@db/x"
+    assert "ppp" not in redact(text, limit=300)
+
+
+def test_redacted_output_never_exceeds_the_limit() -> None:
+    """'[REDACTED]' may be longer than the secret it replaced; the limit still holds."""
+    text = "pwd=a " * 40
+    assert len(text) < 300 < len(redact(text, limit=None))
+    assert len(redact(text, limit=300)) == 300
+
+
+# -------------------------------------------------------- values, masking, unmasking
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        *("dbPassword", "accessToken", "APIKey", "X-Session-Id", "set-cookie", "passphrase"),
+        *("jwt", "Proxy-Authorization", "refresh_token", "passwords", "auth", "secret_key"),
+    ],
+)
+def test_more_secret_named_keys(key: str) -> None:
+    """camelCase, header spellings and plurals name secrets too."""
+    assert is_secret_key(key)
+    assert redact_value({key: "v"}) == {key: REDACTED}
+
+
+@pytest.mark.parametrize(
+    "key", ["max_tokens", "prompt_tokens", "author", "password_hint", "idempotency_key", "key"]
+)
+def test_keys_that_only_look_like_secrets(key: str) -> None:
+    """A count of tokens or an idempotency key is no secret."""
+    assert not is_secret_key(key)
+
+
+def test_redact_value_walks_lists_of_dicts_and_header_pairs() -> None:
+    """Lists of dicts, tuples, sets and header pairs are walked at any depth."""
+    value = {
+        "attempts": [{"headers": {"Cookie": "sid=1"}}, ({"token": "t"},)],
+        "raw_headers": [("Authorization", "Bearer abcdef123"), ("Accept", "json")],
+        "seen": {"password=hunter2"},
+    }
+    assert redact_value(value) == {
+        "attempts": [{"headers": {"Cookie": REDACTED}}, [{"token": REDACTED}]],
+        "raw_headers": [["Authorization", REDACTED], ["Accept", "json"]],
+        "seen": [f"password={REDACTED}"],
+    }
+
+
+def test_mask_args_masks_secret_named_arguments_at_any_depth() -> None:
+    """What a prompt or a human sees of a call's arguments."""
+    args = {"user": "u", "password": "p w&d", "opts": {"apiKey": "k", "q": "token=abc"}}
+    assert mask_args(args) == {
+        "user": "u",
+        "password": REDACTED,
+        "opts": {"apiKey": REDACTED, "q": f"token={REDACTED}"},
+    }
+    assert args["password"] == "p w&d"  # the call's own arguments are untouched
+
+
+def test_unmask_args_restores_what_was_copied_back_masked() -> None:
+    """A repair that keeps the masked password keeps the real one; a change is a change."""
+    original = {"user": "u", "password": "p w&d", "opts": {"apiKey": "k", "q": "token=abc"}}
+    proposed = {**mask_args(original), "user": "v"}
+    assert unmask_args(proposed, original) == {**original, "user": "v"}
+    assert unmask_args({"password": "new"}, original) == {"password": "new"}
+    # a masked value never moves to another argument
+    assert unmask_args({"note": REDACTED}, original) == {"note": REDACTED}
+
+
+# ------------------------------------------------------------------ linear time
+
+_MB = 1_000_000
+ADVERSARIAL = {
+    "a-": "a-" * (_MB // 2),  # the old DSN pattern backtracked on this: 2.2 s for 20 KB
+    "a:": "a:" * (_MB // 2),
+    "=": "=" * _MB,
+    "nested-scheme": "a://" * (_MB // 4),
+    "scheme-at-colon": "x://" + "a@a:" * (_MB // 4),
+    "at": "x://a:" + "@" * _MB,
+    "password-pairs": "password=a " * (_MB // 11),
+    "glued-keys": "pwd:" * (_MB // 4),
+    "token-words": "token=" * (_MB // 6),
+    "spaces-after-a-pair": "password=x" + " " * _MB,
+    "separators-after-a-pair": "password=x" + " ,a" * (_MB // 3),
+    "open-quote": 'password="' + "\\a" * (_MB // 2),
+    "misquoted": ("token:' password=" * (_MB // 17)),
+    "jwt-dashes": "eyJ-" * (_MB // 4),
+    "sk-dashes": "sk-" * (_MB // 3),
+    "bearer": "bearer " * (_MB // 7),
+    "pem-begins": "-----BEGIN PRIVATE KEY-----" * (_MB // 27),
+}
+
+
+@pytest.mark.parametrize("text", [pytest.param(t, id=k) for k, t in ADVERSARIAL.items()])
+def test_redaction_reads_a_bounded_input(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the size of the text, `redact` scrubs at most `limit` characters of it
+    (plus nothing): the work per call is bounded, a megabyte costs what 4 KB cost."""
+    scrubbed: list[int] = []
+    scrub = redaction._scrub
+
+    def measured(part: str, *, truncated: bool = False) -> str:
+        scrubbed.append(len(part))
+        return scrub(part, truncated=truncated)
+
+    monkeypatch.setattr(redaction, "_scrub", measured)
+    started = time.perf_counter()
+    out = redact(text)
+    elapsed = time.perf_counter() - started
+    assert scrubbed
+    assert max(scrubbed) <= DEFAULT_LIMIT
+    assert len(out) <= DEFAULT_LIMIT
+    assert elapsed < 0.05  # measured: under 1 ms
+
+
+@pytest.mark.parametrize("text", [pytest.param(t, id=k) for k, t in ADVERSARIAL.items()])
+def test_redacting_a_whole_megabyte_is_linear(text: str) -> None:
+    """Even unbounded (``limit=None``) a megabyte of adversarial text is scrubbed in
+    linear time (measured 10-300 ms here; the old patterns took >150 s for 100 KB)."""
+    best = math.inf
+    for _ in range(3):
+        started = time.perf_counter()
+        redact(text, limit=None)
+        best = min(best, time.perf_counter() - started)
+    assert best < 2.0
+
+
+def test_classifying_a_huge_hostile_error_is_fast() -> None:
+    """A 1 MB exception text and a 1 MB 500-body cost a bounded amount of redaction."""
+    error = FakeHTTPError(500, body="a-" * (_MB // 2))
+    error.args = ("a-" * (_MB // 2),)
+    started = time.perf_counter()
+    envelope = classify(error, tool="search")
+    assert time.perf_counter() - started < 0.5
+    assert len(envelope.message) <= 500
+    assert len(envelope.context["body"]) <= 300
