@@ -150,6 +150,25 @@ def retry_after_ms(error: BaseException, *, now: float | None = None) -> int | N
     return _millis(secs)
 
 
+def text_of(error: BaseException) -> str:
+    """An exception's text, whatever it does: one whose ``__str__`` raises (or returns
+    something else) still gets classified, by its repr or, failing that, its type.
+
+    >>> class Hostile(Exception):
+    ...     def __str__(self): raise RuntimeError("no")
+    >>> text_of(Hostile())
+    'Hostile()'
+    """
+    for render in (str, repr):
+        try:
+            text = render(error)
+        except Exception:
+            continue
+        if isinstance(text, str) and text and not text.startswith(f"<{type(error).__name__}"):
+            return text
+    return type(error).__name__
+
+
 def _mro_names(error: BaseException) -> tuple[str, ...]:
     return tuple(cls.__name__ for cls in type(error).__mro__)
 
@@ -241,7 +260,7 @@ def http_status_rule(error: BaseException, profile: ToolProfile | None) -> Verdi
     body = _body(error)
     if body:
         context["body"] = body
-    evidence = f"{error} {body or ''}".lower()
+    evidence = f"{text_of(error)} {body or ''}".lower()
     if status == 429 and any(marker in evidence for marker in _QUOTA_MARKERS):
         # OpenAI-style billing exhaustion arrives as 429 but no wait will fix it.
         return Verdict(FailureClass.POLICY, "ask_human", context=context)
@@ -402,7 +421,10 @@ def _verdict(
 ) -> tuple[Verdict, BaseException]:
     for link in _chain(error):
         for rule in rules:
-            verdict = rule(link, profile)
+            try:
+                verdict = rule(link, profile)
+            except Exception:  # a rule tripping over a hostile exception is no evidence
+                continue
             if verdict is not None:
                 return verdict, link
     return Verdict(FailureClass.UNKNOWN, "ask_human"), error
@@ -444,7 +466,7 @@ def classify(
             f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in problems
         )
     else:
-        text = str(error) or type(error).__name__
+        text = text_of(error)
     message = redact(text, limit=_MAX_MESSAGE)
     return ToolError(
         type=type(error).__name__,

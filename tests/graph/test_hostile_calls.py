@@ -12,7 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 
 from langgraph_resilience import add_resilience, tool_error_of
-from langgraph_resilience.testing import FakeClock, text
+from langgraph_resilience.testing import FakeClock, FakeHTTPError, text
 from tests.conftest import Runner, State, build_graph
 
 
@@ -122,3 +122,58 @@ def test_system_exit_from_a_tool_propagates_cleanly_and_the_thread_resumes(
 
     assert out["messages"][-1].content == "done"
     assert len(calls) == 2
+
+
+class Unprintable(Exception):
+    """An exception whose __str__ and status_code both raise (a buggy client library)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("cannot render")
+
+    @property
+    def status_code(self) -> int:
+        raise RuntimeError("no status")
+
+
+def test_an_exception_that_cannot_be_printed_is_still_classified(runner: Runner) -> None:
+    """It used to escape classify raw and wedge the thread (every resume raised again)."""
+    calls: list[int] = []
+
+    @tool
+    def broken(q: str) -> str:
+        """Raises something unprintable, once."""
+        calls.append(1)
+        if len(calls) == 1:
+            raise Unprintable
+        return "ok"
+
+    h = build_graph([broken], [text("placeholder"), text("done")])
+    h.model.responses[0] = AIMessage(
+        "", tool_calls=[ToolCall(name="broken", args={"q": "a"}, id="c1", type="tool_call")]
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    error = tool_error_of(answer)
+    assert error is not None
+    assert (error.type, error.failure_class) == ("Unprintable", "unknown")
+    assert out["messages"][-1].content == "done"
+
+
+def test_a_huge_exception_text_is_classified_quickly_and_bounded(runner: Runner) -> None:
+    """A 5 MB error body (a hostile upstream): the envelope stays small."""
+    @tool
+    def huge(q: str) -> str:
+        """Fails with a huge body."""
+        raise FakeHTTPError(500, body="a-" * 2_500_000)
+
+    h = build_graph([huge], [text("placeholder"), text("done")])
+    h.model.responses[0] = AIMessage(
+        "", tool_calls=[ToolCall(name="huge", args={"q": "a"}, id="c1", type="tool_call")]
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(answer.content) < 4_000
