@@ -159,14 +159,14 @@ def text_of(error: BaseException) -> str:
     >>> text_of(Hostile())
     'Hostile()'
     """
-    for render in (str, repr):
+    try:
+        text = str(error)
+    except Exception:
         try:
-            text = render(error)
+            text = repr(error)
         except Exception:
-            continue
-        if isinstance(text, str) and text and not text.startswith(f"<{type(error).__name__}"):
-            return text
-    return type(error).__name__
+            text = ""
+    return text if isinstance(text, str) and text else type(error).__name__
 
 
 def _mro_names(error: BaseException) -> tuple[str, ...]:
