@@ -163,6 +163,7 @@ def test_an_exception_that_cannot_be_printed_is_still_classified(runner: Runner)
 
 def test_a_huge_exception_text_is_classified_quickly_and_bounded(runner: Runner) -> None:
     """A 5 MB error body (a hostile upstream): the envelope stays small."""
+
     @tool
     def huge(q: str) -> str:
         """Fails with a huge body."""
