@@ -67,7 +67,10 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-from langgraph_resilience.breaker import (
+from langgraph_resilience.core.backoff import backoff_delay
+from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.errors import FailureClass
+from langgraph_resilience.stores.breakers import (
     BreakerConfig,
     CircuitBreaker,
     InMemoryBreakerStore,
@@ -75,10 +78,7 @@ from langgraph_resilience.breaker import (
     PostgresBreakerStore,
     RetryBudget,
 )
-from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.persistence import POSTGRES_CONNECTION_KWARGS
-from langgraph_resilience.policy import ResiliencePolicy
-from langgraph_resilience.retry import backoff_delay
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

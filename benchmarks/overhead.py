@@ -89,13 +89,13 @@ from psycopg import conninfo, sql
 from psycopg.rows import dict_row
 
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
-from langgraph_resilience import tools as tools_module
-from langgraph_resilience.canonical import call_key
-from langgraph_resilience.clock import SystemClock
-from langgraph_resilience.events import Event, emit
-from langgraph_resilience.state import merge_ledger
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.graph import tools as tools_module
+from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.graph.state import merge_ledger
+from langgraph_resilience.graph.tools import GuardedToolNode
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
-from langgraph_resilience.tools import GuardedToolNode
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TARGETS = {"InMemorySaver": 1.15, "PostgresSaver": 1.10}
@@ -521,13 +521,13 @@ def micro_items() -> list[MicroItem]:
     wrapper_config = {"configurable": {"thread_id": "bench"}}
     wired = build_resilient(InMemorySaver(), 1).builder.nodes["tools"].runnable
     wrapped = isinstance(wired, RunnableLambda)  # only timed while add_resilience does this
-    route_after_agent = _optional("langgraph_resilience.router", "route_after_agent")
+    route_after_agent = _optional("langgraph_resilience.graph.router", "route_after_agent")
     # The router after the tools node: route_after_tools, renamed next_step later.
-    route_after_tools = _optional("langgraph_resilience.router", "route_after_tools") or _optional(
-        "langgraph_resilience.router", "next_step"
-    )
-    detect_loop = _optional("langgraph_resilience.loops", "detect_loop")
-    coerce_args = _optional("langgraph_resilience.validation", "coerce_args")
+    route_after_tools = _optional(
+        "langgraph_resilience.graph.router", "route_after_tools"
+    ) or _optional("langgraph_resilience.graph.router", "next_step")
+    detect_loop = _optional("langgraph_resilience.core.loops", "detect_loop")
+    coerce_args = _optional("langgraph_resilience.core.validation", "coerce_args")
     schema = t1.tool_call_schema
     return [
         (
@@ -838,9 +838,9 @@ def attribute(a: pstats.Stats, b: pstats.Stats, turns: int) -> list[dict[str, An
 
 def _route_cum(stats: pstats.Stats) -> float:
     routers = (
-        _optional("langgraph_resilience.router", "route_after_agent"),
-        _optional("langgraph_resilience.router", "route_after_tools"),
-        _optional("langgraph_resilience.router", "next_step"),
+        _optional("langgraph_resilience.graph.router", "route_after_agent"),
+        _optional("langgraph_resilience.graph.router", "route_after_tools"),
+        _optional("langgraph_resilience.graph.router", "next_step"),
     )
     return sum(_cum(stats, key=_code_key(r)) for r in routers if r is not None)
 

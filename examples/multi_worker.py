@@ -55,7 +55,7 @@ from langgraph_resilience import (
     add_resilience,
     tool_error_of,
 )
-from langgraph_resilience.persistence import (
+from langgraph_resilience.stores.persistence import (
     Persistence,
     PersistenceError,
     open_postgres,

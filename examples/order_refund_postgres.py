@@ -50,7 +50,7 @@ from langgraph_resilience import (
     add_resilience,
     current_idempotency_key,
 )
-from langgraph_resilience.persistence import (
+from langgraph_resilience.stores.persistence import (
     Persistence,
     PersistenceError,
     open_postgres,

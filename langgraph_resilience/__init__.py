@@ -11,24 +11,13 @@ Add it to an existing graph::
     app = builder.compile(checkpointer=checkpointer)
 """
 
-from langgraph_resilience.breaker import (
-    AsyncPostgresBreakerStore,
-    BreakerConfig,
-    BreakerStore,
-    Bulkhead,
-    BulkheadFullError,
-    InMemoryBreakerStore,
-    InMemoryRetryBudgetStore,
-    PostgresBreakerStore,
-    PostgresRetryBudgetStore,
-    RetryBudget,
-)
-from langgraph_resilience.canonical import (
+from langgraph_resilience.core.backoff import backoff_delay
+from langgraph_resilience.core.canonical import (
     DEFAULT_NOISE_FIELDS,
     call_key,
     canonical_args,
 )
-from langgraph_resilience.classify import (
+from langgraph_resilience.core.classify import (
     DEFAULT_RULES,
     Rule,
     Verdict,
@@ -37,9 +26,29 @@ from langgraph_resilience.classify import (
     retriable,
     retry_after_ms,
 )
-from langgraph_resilience.clock import (
+from langgraph_resilience.core.clock import (
     Clock,
     SystemClock,
+)
+from langgraph_resilience.core.decide import Decision, decide
+from langgraph_resilience.core.plan import (
+    Diagnosis,
+    Plan,
+    PlanStep,
+    PlanVerdict,
+    verify,
+)
+from langgraph_resilience.core.policy import (
+    ResiliencePolicy,
+)
+from langgraph_resilience.core.profile import (
+    ToolProfile,
+)
+from langgraph_resilience.core.redaction import (
+    redact,
+)
+from langgraph_resilience.core.reliability import (
+    task_failure,
 )
 from langgraph_resilience.errors import (
     AttemptAbandoned,
@@ -57,15 +66,47 @@ from langgraph_resilience.errors import (
     ToolFailure,
     ToolGoneError,
 )
-from langgraph_resilience.escalate import (
+from langgraph_resilience.graph.escalate import (
     ESCALATION_TYPE,
     Resolution,
 )
-from langgraph_resilience.events import (
+from langgraph_resilience.graph.events import (
     EVENT_KEY,
     Event,
 )
-from langgraph_resilience.idempotency import (
+from langgraph_resilience.graph.model import (
+    resilient_model,
+)
+from langgraph_resilience.graph.router import next_step, route_after_agent
+from langgraph_resilience.graph.state import (
+    Ledger,
+    ResilienceLedger,
+    ResilienceState,
+    merge_ledger,
+)
+from langgraph_resilience.graph.tools import (
+    GuardedToolNode,
+    OutcomeUnknownError,
+    current_idempotency_key,
+    current_item_keys,
+    tool_error_of,
+)
+from langgraph_resilience.graph.wiring import (
+    add_resilience,
+)
+from langgraph_resilience.stores.breakers import (
+    AsyncPostgresBreakerStore,
+    BreakerConfig,
+    BreakerStore,
+    Bulkhead,
+    BulkheadFullError,
+    InMemoryBreakerStore,
+    InMemoryRetryBudgetStore,
+    PostgresBreakerStore,
+    PostgresRetryBudgetStore,
+    RetryBudget,
+)
+from langgraph_resilience.stores.ledger import (
     AsyncPostgresIdempotencyStore,
     EffectStatus,
     FailedItem,
@@ -77,10 +118,7 @@ from langgraph_resilience.idempotency import (
     compensate_thread,
     idempotency_key,
 )
-from langgraph_resilience.model import (
-    resilient_model,
-)
-from langgraph_resilience.persistence import (
+from langgraph_resilience.stores.persistence import (
     Persistence,
     PersistenceError,
     ThreadBusyError,
@@ -96,50 +134,6 @@ from langgraph_resilience.persistence import (
     resume,
     thread_lock,
     thread_status,
-)
-from langgraph_resilience.policy import (
-    ResiliencePolicy,
-)
-from langgraph_resilience.profile import (
-    ToolProfile,
-)
-from langgraph_resilience.redaction import (
-    redact,
-)
-from langgraph_resilience.reliability import (
-    task_failure,
-)
-from langgraph_resilience.replan import (
-    Diagnosis,
-    Plan,
-    PlanStep,
-    PlanVerdict,
-    verify,
-)
-from langgraph_resilience.retry import (
-    backoff_delay,
-)
-from langgraph_resilience.router import (
-    Decision,
-    decide,
-    next_step,
-    route_after_agent,
-)
-from langgraph_resilience.state import (
-    Ledger,
-    ResilienceLedger,
-    ResilienceState,
-    merge_ledger,
-)
-from langgraph_resilience.tools import (
-    GuardedToolNode,
-    OutcomeUnknownError,
-    current_idempotency_key,
-    current_item_keys,
-    tool_error_of,
-)
-from langgraph_resilience.wiring import (
-    add_resilience,
 )
 
 __all__ = [

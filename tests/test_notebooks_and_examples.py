@@ -27,8 +27,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 PUBLIC_MODULES = {
     "langgraph_resilience",
-    "langgraph_resilience.persistence",
-    "langgraph_resilience.reliability",
+    "langgraph_resilience.stores.persistence",
+    "langgraph_resilience.core.reliability",
     "langgraph_resilience.testing",
 }
 """What notebooks and examples may import from the package: the public API only."""

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from langgraph_resilience.cli import main
-from langgraph_resilience.persistence import open_sqlite
+from langgraph_resilience.stores.persistence import open_sqlite
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PASSWORD = "s3cr3t-pw"

@@ -16,13 +16,13 @@ from langgraph_resilience import (
     ToolProfile,
     add_resilience,
 )
-from langgraph_resilience.breaker import (
+from langgraph_resilience.graph.events import EVENT_KEY
+from langgraph_resilience.stores.breakers import (
     BreakerConfig,
     InMemoryBreakerStore,
     InMemoryRetryBudgetStore,
     RetryBudget,
 )
-from langgraph_resilience.events import EVENT_KEY
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, State, build_graph
 

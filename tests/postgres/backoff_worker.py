@@ -51,12 +51,18 @@ class MarkerClock(SystemClock):
     def __init__(self, marker: pathlib.Path) -> None:
         self.marker = marker
 
+    def _announce(self, seconds: float) -> None:
+        """Write the marker atomically: the test reads it as soon as it exists."""
+        partial = self.marker.with_suffix(".partial")
+        partial.write_text(str(seconds))
+        partial.replace(self.marker)
+
     def sleep(self, seconds: float) -> None:
-        self.marker.write_text(str(seconds))
+        self._announce(seconds)
         time.sleep(seconds)
 
     async def asleep(self, seconds: float) -> None:
-        self.marker.write_text(str(seconds))
+        self._announce(seconds)
         await asyncio.sleep(seconds)
 
 

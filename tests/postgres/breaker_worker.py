@@ -13,9 +13,9 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
-from langgraph_resilience.breaker import BreakerConfig, PostgresBreakerStore
 from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.breakers import BreakerConfig, PostgresBreakerStore
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 
 
 def hammer(

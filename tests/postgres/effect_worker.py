@@ -44,7 +44,7 @@ from langgraph_resilience import (
     open_postgres,
     resume,
 )
-from langgraph_resilience.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 
 

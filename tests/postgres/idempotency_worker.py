@@ -31,8 +31,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
-from langgraph_resilience.canonical import canonical_args
-from langgraph_resilience.idempotency import (
+from langgraph_resilience.core.canonical import canonical_args
+from langgraph_resilience.stores.ledger import (
     EffectStatus,
     IdempotencyStore,
     PostgresIdempotencyStore,
@@ -41,7 +41,7 @@ from langgraph_resilience.idempotency import (
     compensation_key,
     idempotency_key,
 )
-from langgraph_resilience.persistence import (
+from langgraph_resilience.stores.persistence import (
     POSTGRES_CONNECTION_KWARGS,
     Persistence,
     ThreadBusyError,

@@ -14,7 +14,8 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_resilience.breaker import (
+from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
+from langgraph_resilience.stores.breakers import (
     AsyncPostgresBreakerStore,
     BreakerConfig,
     BreakerState,
@@ -25,8 +26,7 @@ from langgraph_resilience.breaker import (
     RetryBudget,
     RetryBudgetState,
 )
-from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
-from langgraph_resilience.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from tests.postgres.breaker_worker import hammer
 

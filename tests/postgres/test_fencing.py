@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from langgraph_resilience import ThreadLockLostError, open_postgres, thread_lock
-from langgraph_resilience.fencing import check_fence
-from langgraph_resilience.persistence import LOCK_APPLICATION_NAME
+from langgraph_resilience.stores.fencing import check_fence
+from langgraph_resilience.stores.persistence import LOCK_APPLICATION_NAME
 
 WORKER = pathlib.Path(__file__).with_name("fence_worker.py")
 ROOT = pathlib.Path(__file__).resolve().parents[2]

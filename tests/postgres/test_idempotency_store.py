@@ -23,12 +23,12 @@ from langgraph.graph import END, START, StateGraph
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import TypedDict
 
-from langgraph_resilience.idempotency import (
+from langgraph_resilience.stores.ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
     PostgresSagaLog,
 )
-from langgraph_resilience.persistence import (
+from langgraph_resilience.stores.persistence import (
     POSTGRES_CONNECTION_KWARGS,
     PersistenceError,
     ThreadBusyError,
@@ -446,7 +446,7 @@ def test_open_sqlite_in_a_read_only_place_is_a_clear_error() -> None:
 
 _READ_ONLY_PROBE = """
 import sys
-from langgraph_resilience.persistence import PersistenceError, open_sqlite
+from langgraph_resilience.stores.persistence import PersistenceError, open_sqlite
 try:
     with open_sqlite(sys.argv[1]):
         pass

@@ -24,7 +24,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.cli import main
-from langgraph_resilience.persistence import (
+from langgraph_resilience.stores.persistence import (
     POSTGRES_CONNECTION_KWARGS,
     alist_threads,
     list_threads,

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from langgraph_resilience.breaker import (
+from langgraph_resilience.errors import ConfigurationError, FailureClass
+from langgraph_resilience.stores.breakers import (
     DEFAULT_MAX_ENTRIES,
     BreakerConfig,
     InMemoryBreakerStore,
     InMemoryRetryBudgetStore,
     RetryBudget,
 )
-from langgraph_resilience.errors import ConfigurationError, FailureClass
 from langgraph_resilience.testing import FakeClock
 
 FAIL = FailureClass.TRANSIENT

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.errors import GraphInterrupt
 
-from langgraph_resilience.breaker import (
+from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
+from langgraph_resilience.stores.breakers import (
     TIME_BUCKETS,
     Admission,
     BreakerConfig,
@@ -36,7 +37,6 @@ from langgraph_resilience.breaker import (
     record,
     release,
 )
-from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 
 T = FailureClass.TRANSIENT

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from langgraph_resilience.breaker import Bulkhead, BulkheadFullError
-from langgraph_resilience.classify import classify
+from langgraph_resilience.core.classify import classify
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolFailure
+from langgraph_resilience.stores.breakers import Bulkhead, BulkheadFullError
 
 
 @pytest.mark.parametrize(

@@ -11,10 +11,11 @@ import pytest
 import langgraph_resilience
 
 MODULES = sorted(
-    info.name
-    for info in pkgutil.iter_modules(langgraph_resilience.__path__)
-    if info.name != "__main__"
+    info.name.removeprefix("langgraph_resilience.")
+    for info in pkgutil.walk_packages(langgraph_resilience.__path__, "langgraph_resilience.")
+    if not info.name.endswith("__main__")
 )
+"""Every module, subpackages included (walk_packages: a new subpackage is never skipped)."""
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -22,6 +23,17 @@ def test_docstring_examples_hold(name: str) -> None:
     module = importlib.import_module(f"langgraph_resilience.{name}")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
+
+
+def test_every_subpackage_is_walked() -> None:
+    """The walk reaches into core/, graph/, stores/, testing/ and cli/."""
+    assert {name.split(".")[0] for name in MODULES if "." in name} >= {
+        "core",
+        "graph",
+        "stores",
+        "testing",
+        "cli",
+    }
 
 
 def test_the_package_has_examples_to_check() -> None:

@@ -15,15 +15,17 @@ import pytest
 import langgraph_resilience
 
 _PURE_CORES = (
-    "canonical",
-    "classify",
+    "core.canonical",
+    "core.classify",
     "errors",
-    "policy",
-    "profile",
-    "redaction",
-    "retry",
-    "router",
-    "state",
+    "core.policy",
+    "core.profile",
+    "core.redaction",
+    "core.backoff",
+    "core.decide",
+    "graph.router",
+    "graph.retry",
+    "graph.state",
 )
 
 

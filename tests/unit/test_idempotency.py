@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_resilience.idempotency import (
+from langgraph_resilience.stores.ledger import (
     Claim,
     CompensationReport,
     EffectStatus,
@@ -39,7 +39,7 @@ from langgraph_resilience.idempotency import (
     item_idempotency_key,
     summarize_records,
 )
-from langgraph_resilience.persistence import ThreadBusyError, open_sqlite, thread_lock
+from langgraph_resilience.stores.persistence import ThreadBusyError, open_sqlite, thread_lock
 from langgraph_resilience.testing import FakeClock
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def test_key_is_independent_of_dict_insertion_order(args: dict[str, Any]) -> Non
 
 _KEYS_IN_CHILD = """
 import json, sys
-from langgraph_resilience.idempotency import idempotency_key
+from langgraph_resilience.stores.ledger import idempotency_key
 cases = [
     ("pay", {"amount": 12.5, "currency": "EUR", "to": ["a", "b"]}, "thread-1", "msg-1:call_1"),
     ("email", {"to": {"x", "y", "z"}, "body": "héllo ✓", "n": 1e-7}, "t", "c"),

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_resilience import Ledger, classify, merge_ledger
-from langgraph_resilience.state import CallRecord, empty_ledger, read_ledger
+from langgraph_resilience.graph.state import CallRecord, empty_ledger, read_ledger
 from langgraph_resilience.testing import FakeHTTPError
 
 

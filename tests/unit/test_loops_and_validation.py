@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from langgraph_resilience import ToolProfile, call_key
+from langgraph_resilience.core.loops import detect_loop
+from langgraph_resilience.core.validation import check_output, coerce_args
 from langgraph_resilience.errors import OutputValidationError
-from langgraph_resilience.loops import detect_loop
-from langgraph_resilience.validation import check_output, coerce_args
 
 
 class Currency(enum.Enum):

@@ -18,8 +18,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel
 
-from langgraph_resilience import model as model_module
-from langgraph_resilience.breaker import BreakerConfig, CountWindow, InMemoryBreakerStore
+from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.errors import (
     CircuitOpenError,
     ConfigurationError,
@@ -27,7 +26,8 @@ from langgraph_resilience.errors import (
     ResilienceWarning,
     ToolError,
 )
-from langgraph_resilience.model import (
+from langgraph_resilience.graph import model as model_module
+from langgraph_resilience.graph.model import (
     DEFAULT_FALLBACK_ON,
     ModelStep,
     ResilientChatModel,
@@ -35,7 +35,7 @@ from langgraph_resilience.model import (
     next_step,
     resilient_model,
 )
-from langgraph_resilience.policy import ResiliencePolicy
+from langgraph_resilience.stores.breakers import BreakerConfig, CountWindow, InMemoryBreakerStore
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,

@@ -22,13 +22,8 @@ from hypothesis import strategies as st
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
-from langgraph_resilience.classify import classify
-from langgraph_resilience.errors import FailureClass, ToolError, ToolFailure
-from langgraph_resilience.escalate import escalation_request
-from langgraph_resilience.events import Event, emit
-from langgraph_resilience.redaction import TRUNCATED, redact, redact_value
-from langgraph_resilience.repair import repair_prompt
-from langgraph_resilience.replan import (
+from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.plan import (
     Diagnosis,
     Plan,
     PlanStep,
@@ -36,6 +31,11 @@ from langgraph_resilience.replan import (
     RejectionReason,
     format_plan_request,
 )
+from langgraph_resilience.core.redaction import TRUNCATED, redact, redact_value
+from langgraph_resilience.errors import FailureClass, ToolError, ToolFailure
+from langgraph_resilience.graph.escalate import escalation_request
+from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.graph.repair import repair_prompt
 from langgraph_resilience.testing import FakeHTTPError
 
 

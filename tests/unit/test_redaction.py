@@ -5,9 +5,10 @@ import time
 
 import pytest
 
-from langgraph_resilience import redact, redaction
-from langgraph_resilience.classify import classify
-from langgraph_resilience.redaction import (
+from langgraph_resilience import redact
+from langgraph_resilience.core import redaction
+from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.redaction import (
     DEFAULT_LIMIT,
     REDACTED,
     TRUNCATED,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from langgraph_resilience import ConfigurationError
-from langgraph_resilience.reliability import (
+from langgraph_resilience.core.reliability import (
     expected_attempts,
     max_error_rate,
     retries_needed,

@@ -16,9 +16,8 @@ from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ValidationError
 
-from langgraph_resilience.canonical import call_key
-from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolError
-from langgraph_resilience.replan import (
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.plan import (
     FILLER_WORDS,
     MIN_CONTENT_WORDS,
     Diagnosis,
@@ -39,6 +38,7 @@ from langgraph_resilience.replan import (
     resolve_args,
     verify,
 )
+from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolError
 
 # ------------------------------------------------------------------------ the world
 # get_weather was removed mid-task (STRUCTURAL); geocode -> weather_v2 is the new path.

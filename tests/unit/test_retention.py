@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from langgraph_resilience.idempotency import (
+from langgraph_resilience.stores.ledger import (
     DEFAULT_RETENTION,
     AsyncPostgresIdempotencyStore,
     IdempotencyStore,
@@ -23,7 +23,7 @@ from langgraph_resilience.idempotency import (
     PostgresIdempotencyStore,
     SqliteIdempotencyStore,
 )
-from langgraph_resilience.persistence import Persistence, open_sqlite
+from langgraph_resilience.stores.persistence import Persistence, open_sqlite
 from langgraph_resilience.testing import FakeClock
 
 DAY = 86_400.0
@@ -174,7 +174,7 @@ def test_sqlite_purge_deletes_in_batches(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More old records than one batch: every one goes, in several short statements."""
-    monkeypatch.setattr("langgraph_resilience.idempotency._PURGE_BATCH", 3)
+    monkeypatch.setattr("langgraph_resilience.stores.ledger._PURGE_BATCH", 3)
     clock = FakeClock()
     conn = sqlite3.connect(tmp_path / "l.sqlite", isolation_level=None, check_same_thread=False)
     store = SqliteIdempotencyStore(conn, clock=clock)

@@ -16,7 +16,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_resilience.persistence import alist_threads, list_threads, open_sqlite
+from langgraph_resilience.stores.persistence import alist_threads, list_threads, open_sqlite
 
 
 class Counter(TypedDict):

@@ -1,0 +1,1 @@
+"""Pure decisions: no I/O, no LangGraph runtime, no database drivers."""

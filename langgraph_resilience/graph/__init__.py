@@ -1,0 +1,1 @@
+"""LangGraph adapters: the nodes, routers and wiring, each thin over core/."""

@@ -1,0 +1,211 @@
+"""The side-effect ledger follows the persistence the user already chose (safe by default).
+
+A `ToolProfile(side_effect=True)` is exactly-once only if its intents survive what
+the checkpoints survive: an in-process ledger next to a Postgres checkpointer
+forgets the intent in a crash while the checkpoint remembers the step, so the
+resumed step pays twice. So when ``add_resilience`` gets no ``idempotency=``, the
+ledger of a run is chosen from the checkpointer LangGraph runs it with (the one
+the graph was compiled with, or the one a server injects):
+
+- one opened by `open_postgres` / `open_sqlite`: the ledger they opened with it;
+- LangGraph's `PostgresSaver` / `AsyncPostgresSaver`: our tables in the same
+  database, over the saver's own pool or connection;
+- LangGraph's `SqliteSaver`: our tables in the same file, on a connection of ours;
+- `InMemorySaver`, or no checkpointer at all: in this process, like the checkpoints;
+- anything else: the first run fails with a `ConfigurationError` saying what to
+  pass. Never silently in-process next to a durable checkpointer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.stores.ledger import (
+    AsyncPostgresIdempotencyStore,
+    AsyncPostgresSagaLog,
+    IdempotencyStore,
+    InMemoryIdempotencyStore,
+    InMemorySagaLog,
+    PostgresIdempotencyStore,
+    PostgresSagaLog,
+    SagaLog,
+    SqliteIdempotencyStore,
+    SqliteSagaLog,
+)
+
+__all__ = [
+    "EffectLedger",
+    "LedgerResolver",
+    "attach_ledger",
+    "run_checkpointer",
+    "sqlite_connect",
+]
+
+_CHECKPOINTER_KEY = "__pregel_checkpointer"
+"""Where LangGraph puts the checkpointer of a run in its config (`CONFIG_KEY_CHECKPOINTER`
+in ``langgraph._internal._constants``; a test pins it)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EffectLedger:
+    """The intent/outcome ledger and the saga log one run uses."""
+
+    idempotency: IdempotencyStore
+    saga: SagaLog
+
+
+_ATTACHED: weakref.WeakKeyDictionary[Any, EffectLedger] = weakref.WeakKeyDictionary()
+
+
+def attach_ledger(checkpointer: Any, idempotency: IdempotencyStore, saga: SagaLog) -> None:
+    """Declare the ledger that belongs with `checkpointer` (``open_postgres`` and
+    ``open_sqlite`` do), so graphs run on it use that ledger without extra wiring."""
+    _ATTACHED[checkpointer] = EffectLedger(idempotency, saga)
+
+
+def run_checkpointer(config: RunnableConfig | Mapping[str, Any]) -> Any:
+    """The checkpointer LangGraph runs this step with, or None."""
+    return (config.get("configurable") or {}).get(_CHECKPOINTER_KEY)
+
+
+class LedgerResolver:
+    """Chooses (once per checkpointer) the ledger of a run; see the module docstring."""
+
+    def __init__(
+        self, *, idempotency: IdempotencyStore | None, saga: SagaLog | None, needed: bool
+    ) -> None:
+        self.explicit_idempotency = idempotency
+        self.explicit_saga = saga
+        self.needed = needed
+        self._local = EffectLedger(  # `is None`: a store may define __len__ (empty: falsy)
+            InMemoryIdempotencyStore() if idempotency is None else idempotency,
+            InMemorySagaLog() if saga is None else saga,
+        )
+        self._chosen: weakref.WeakKeyDictionary[Any, EffectLedger] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def _explicit(self) -> EffectLedger | None:
+        if self.explicit_idempotency is not None and self.explicit_saga is not None:
+            return self._local
+        return None
+
+    def _with_explicit(self, ledger: EffectLedger) -> EffectLedger:
+        idempotency, saga = self.explicit_idempotency, self.explicit_saga
+        return EffectLedger(
+            ledger.idempotency if idempotency is None else idempotency,
+            ledger.saga if saga is None else saga,
+        )
+
+    def resolve(self, config: RunnableConfig) -> EffectLedger | None:
+        """The ledger for a sync run (None when no tool has side effects)."""
+        if not self.needed:
+            return None
+        explicit = self._explicit()
+        if explicit is not None:
+            return explicit
+        checkpointer = run_checkpointer(config)
+        if checkpointer is None:
+            return self._local
+        with self._lock:
+            found = self._chosen.get(checkpointer)
+            if found is None:
+                found, setup = self._choose(checkpointer)
+                if setup:
+                    if isinstance(checkpointer, AsyncPostgresSaver):
+                        raise ConfigurationError(
+                            "the graph runs on an AsyncPostgresSaver: run it with "
+                            "ainvoke/astream, or pass idempotency= and saga= to add_resilience"
+                        )
+                    for part in (found.idempotency, found.saga):
+                        part.setup()  # type: ignore[union-attr]
+                self._chosen[checkpointer] = found
+        return found
+
+    async def aresolve(self, config: RunnableConfig) -> EffectLedger | None:
+        """The ledger for an async run (None when no tool has side effects)."""
+        if not self.needed:
+            return None
+        explicit = self._explicit()
+        if explicit is not None:
+            return explicit
+        checkpointer = run_checkpointer(config)
+        if checkpointer is None:
+            return self._local
+        found = self._chosen.get(checkpointer)
+        if found is None:
+            found, setup = self._choose(checkpointer)
+            if setup:
+                for part in (found.idempotency, found.saga):
+                    done = part.setup()  # type: ignore[union-attr]
+                    if done is not None:
+                        await done
+            self._chosen.setdefault(checkpointer, found)
+        return found
+
+    def _choose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
+        """The ledger for `checkpointer`, and whether its tables still need ``setup()``."""
+        attached = _ATTACHED.get(checkpointer)
+        if attached is not None:
+            return self._with_explicit(attached), False
+        if type(checkpointer) is InMemorySaver:
+            return self._local, False
+        if isinstance(checkpointer, PostgresSaver):
+            built = EffectLedger(
+                PostgresIdempotencyStore(checkpointer.conn), PostgresSagaLog(checkpointer.conn)
+            )
+            return self._with_explicit(built), True
+        if isinstance(checkpointer, AsyncPostgresSaver):
+            built = EffectLedger(
+                AsyncPostgresIdempotencyStore(checkpointer.conn),
+                AsyncPostgresSagaLog(checkpointer.conn),
+            )
+            return self._with_explicit(built), True
+        if isinstance(checkpointer, SqliteSaver):
+            try:
+                path = _sqlite_file(checkpointer.conn)
+            except sqlite3.ProgrammingError as exc:
+                raise ConfigurationError(
+                    "the SqliteSaver's connection cannot be used from the tools' thread "
+                    f"({exc}); open it with check_same_thread=False, use open_sqlite(path), "
+                    "or pass idempotency= and saga= to add_resilience"
+                ) from exc
+            if not path:  # an in-memory database: as durable as this process
+                return self._local, False
+            built = EffectLedger(
+                SqliteIdempotencyStore(sqlite_connect(path)), SqliteSagaLog(sqlite_connect(path))
+            )
+            return self._with_explicit(built), True
+        raise ConfigurationError(
+            f"a tool has ToolProfile(side_effect=True) and the graph runs on "
+            f"{type(checkpointer).__name__}, next to which this package cannot keep a durable "
+            "idempotency ledger by itself; pass idempotency= and saga= to add_resilience "
+            "(e.g. open_postgres(dsn).idempotency / .saga, or "
+            "PostgresIdempotencyStore(pool) / PostgresSagaLog(pool) after .setup())"
+        )
+
+
+def _sqlite_file(conn: sqlite3.Connection) -> str:
+    """The file behind a SQLite connection's main database ("" for an in-memory one)."""
+    for _, name, file in conn.execute("PRAGMA database_list").fetchall():
+        if name == "main":
+            return str(file or "")
+    return ""
+
+
+def sqlite_connect(path: str) -> sqlite3.Connection:
+    """A connection of our own to a SQLite state file: autocommit, WAL, shared by threads."""
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    return conn

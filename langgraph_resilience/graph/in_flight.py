@@ -1,0 +1,144 @@
+"""Attempts that ``tool_timeout`` stopped waiting for, but that may still be running.
+
+A sync tool runs in a thread that cannot be killed, and an async side effect is
+not cancelled (cancelling a request that already left loses its answer, not the
+effect). So a timed-out attempt of a side effect can still land. Asking the
+service "did it happen?" while it is in flight hears "not done" too early, and
+running the call again would do it twice. Each abandoned attempt is kept here
+under its idempotency key until it ends: the reconciliation waits for it (at most
+its grace period) before it trusts a status check, and its late outcome is
+recorded in the ledger when it arrives.
+
+Threads are daemons, so an abandoned tool never keeps the process from exiting.
+An async tool that blocks the event loop cannot be timed out at all (nothing runs
+to notice the deadline): make such tools async all the way, or sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+from langgraph_resilience.errors import AttemptAbandoned
+from langgraph_resilience.graph.events import logger
+
+__all__ = ["Settled", "arun_with_timeout", "asettle", "run_with_timeout", "settle"]
+
+_SYNC: dict[str, concurrent.futures.Future[Any]] = {}
+_ASYNC: dict[str, asyncio.Future[Any]] = {}
+_GUARD = threading.Lock()
+_KEEP: set[asyncio.Task[Any]] = set()
+"""Late-outcome writes in flight (referenced so the loop does not drop them)."""
+
+
+def _forget_sync(key: str, future: concurrent.futures.Future[Any]) -> None:
+    with _GUARD:
+        if _SYNC.get(key) is future:
+            del _SYNC[key]
+
+
+def run_with_timeout(
+    execute: Callable[[Any], Any],
+    request: Any,
+    timeout: float,
+    *,
+    key: str | None = None,
+    on_late: Callable[[Any], Any] | None = None,
+) -> Any:
+    """Run a sync tool in a daemon thread for at most `timeout` seconds. Past it the
+    attempt is abandoned (`AttemptAbandoned`); with a side effect's `key` it is kept
+    in flight, and `on_late` receives its result if it completes."""
+    context = contextvars.copy_context()
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(context.run(execute, request))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="lgr-tool", daemon=True).start()
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        if future.done():
+            raise  # the tool itself raised TimeoutError
+    if key is not None:
+        with _GUARD:
+            _SYNC[key] = future
+
+        def landed(done: concurrent.futures.Future[Any]) -> None:
+            _forget_sync(key, done)
+            if on_late is not None and done.exception() is None:
+                try:
+                    on_late(done.result())
+                except Exception:  # the ledger keeps the intent pending: reconciled later
+                    logger.warning("late outcome of %s could not be recorded", key)
+
+        future.add_done_callback(landed)
+    raise AttemptAbandoned(timeout, grace=timeout)
+
+
+async def arun_with_timeout(
+    execute: Callable[[Any], Awaitable[Any]],
+    request: Any,
+    timeout: float,
+    *,
+    key: str | None = None,
+    on_late: Callable[[Any], Awaitable[Any]] | None = None,
+) -> Any:
+    """Async `run_with_timeout`: a plain call is cancelled at the deadline; a side
+    effect (`key`) is left running, in flight, and its late result goes to `on_late`."""
+    task = asyncio.ensure_future(execute(request))
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if done:
+        return task.result()
+    if key is None:
+        task.cancel()
+        raise AttemptAbandoned(timeout, grace=0.0)
+    _ASYNC[key] = task
+
+    def landed(finished: asyncio.Future[Any]) -> None:
+        if _ASYNC.get(key) is finished:
+            del _ASYNC[key]
+        if on_late is not None and not finished.cancelled() and finished.exception() is None:
+            write = asyncio.ensure_future(on_late(finished.result()))
+            _KEEP.add(write)
+            write.add_done_callback(_KEEP.discard)
+
+    task.add_done_callback(landed)
+    raise AttemptAbandoned(timeout, grace=timeout)
+
+
+Settled = Literal["none", "ended", "running"]
+"""No abandoned attempt of the key; one that has ended now; one still running."""
+
+
+def settle(key: str, grace: float) -> Settled:
+    """Wait (at most `grace` seconds) for an abandoned attempt of `key` to end."""
+    with _GUARD:
+        future = _SYNC.get(key)
+    if future is None:
+        return "none"
+    try:
+        future.result(timeout=grace)
+    except concurrent.futures.TimeoutError:
+        return "ended" if future.done() else "running"
+    except BaseException:  # it ended by failing: nothing is in flight any more
+        return "ended"
+    return "ended"
+
+
+async def asettle(key: str, grace: float) -> Settled:
+    """Async `settle` (an abandoned sync attempt is waited for in a worker thread)."""
+    task = _ASYNC.get(key)
+    if task is None:
+        return await asyncio.to_thread(settle, key, grace) if key in _SYNC else "none"
+    await asyncio.wait({task}, timeout=grace)
+    return "ended" if task.done() else "running"

@@ -1,0 +1,67 @@
+"""The retry node: it waits, through the injected clock, until a scheduled retry is due.
+
+The tools node decides *whether* and *how long* (`core.decide`, `core.backoff`); this
+node only waits until the due time stored in the ledger and hands back to the tools
+node. Because the due time is wall-clock and checkpointed, a thread resumed after a
+crash waits only what remains of its backoff.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.graph.state import Ledger, current_slots, read_ledger
+
+__all__ = ["RetryNode", "next_due"]
+
+
+def next_due(ledger: Ledger, slots: list[str]) -> float | None:
+    """The earliest due time among the scheduled calls in `slots`, or None."""
+    calls = ledger.get("calls") or {}
+    dues = [
+        record["due"] or 0.0
+        for slot in slots
+        if (record := calls.get(slot)) is not None and record["status"] == "scheduled"
+    ]
+    return min(dues) if dues else None
+
+
+class RetryNode:
+    """Waits (through the injected clock) until the next scheduled retry is due."""
+
+    def __init__(self, *, clock: Clock, messages_key: str = "messages") -> None:
+        self.clock = clock
+        self.messages_key = messages_key
+
+    def _wait(self, state: Any) -> tuple[float, list[str]]:
+        ledger = read_ledger(state)
+        calls = ledger.get("calls") or {}
+        slots = [
+            slot
+            for slot in current_slots(state, self.messages_key)
+            if slot in calls and calls[slot]["status"] == "scheduled"
+        ]
+        due = next_due(ledger, slots)
+        wait = 0.0 if due is None else max(0.0, due - self.clock.time())
+        ids = [calls[slot].get("call_id") or slot for slot in slots]
+        return wait, ids
+
+    def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Sync body: block for the remaining backoff."""
+        wait, ids = self._wait(state)
+        emit(Event("backoff", seconds=round(wait, 6), calls=ids))
+        if wait > 0:
+            self.clock.sleep(wait)
+        return {"resilience": {"events": {"backoff": 1}}}
+
+    async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """Async body: suspend for the remaining backoff without blocking the loop."""
+        wait, ids = self._wait(state)
+        emit(Event("backoff", seconds=round(wait, 6), calls=ids))
+        if wait > 0:
+            await self.clock.asleep(wait)
+        return {"resilience": {"events": {"backoff": 1}}}

@@ -1,0 +1,352 @@
+"""`add_resilience`: add the recovery nodes and routers to a user's `StateGraph`.
+
+The user keeps their graph, their state and their agent node; we add the tools
+node and one node per enabled recovery path, plus the conditional edges, the
+way `ToolNode` + `tools_condition` are wired by hand in LangGraph's guides::
+
+    agent --tool calls--> tools --all answered--> agent
+                            |  ^
+        (next_step) retry --+  +-- repair / escalate (human) / executor
+                    planner --> executor --plan layer--> tools
+
+Every recovery node ends with the same router, `next_step`, so the order in
+which waiting calls are served is defined in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.tools import BaseTool
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
+from langgraph_resilience.core.clock import Clock, SystemClock
+from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.profile import ToolProfile
+from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.graph.escalate import EscalateNode
+from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.graph.pending import AnswerPendingNode
+from langgraph_resilience.graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
+from langgraph_resilience.graph.repair import RepairNode
+from langgraph_resilience.graph.retry import RetryNode
+from langgraph_resilience.graph.router import Next, next_step, route_after_agent
+from langgraph_resilience.graph.state import merge_ledger
+from langgraph_resilience.graph.tools import GuardedToolNode
+from langgraph_resilience.stores.breakers import (
+    BreakerConfig,
+    BreakerStore,
+    InMemoryRetryBudgetStore,
+    PostgresRetryBudgetStore,
+    RetryBudget,
+)
+from langgraph_resilience.stores.ledger import IdempotencyStore, SagaLog
+
+__all__ = ["DEFAULT_NODE_NAMES", "add_resilience"]
+
+DEFAULT_NODE_NAMES: Mapping[str, str] = {
+    "pending": "answer_pending",
+    "tools": "tools",
+    "retry": "retry",
+    "repair": "repair",
+    "planner": "planner",
+    "executor": "executor",
+    "escalate": "escalate",
+}
+"""The nodes `add_resilience` may add, by role; rename them with ``node_names=``."""
+
+
+def _check_state(builder: StateGraph[Any, Any, Any, Any], messages_key: str) -> None:
+    channels = builder.channels
+    if messages_key not in channels:
+        raise ConfigurationError(
+            f"the graph state has no {messages_key!r} key; build the graph on a state with "
+            "messages (e.g. MessagesState) or pass messages_key= naming your messages key"
+        )
+    channel = channels.get("resilience")
+    if not (isinstance(channel, BinaryOperatorAggregate) and channel.operator is merge_ledger):
+        raise ConfigurationError(
+            "the graph state has no 'resilience' ledger channel; declare the state as "
+            "`class State(MessagesState, ResilienceState): ...` (or add the field "
+            "`resilience: ResilienceLedger`)"
+        )
+
+
+def _check_names(
+    builder: StateGraph[Any, Any, Any, Any],
+    agent: str,
+    node_names: Mapping[str, str] | None,
+    roles: Sequence[str],
+) -> dict[str, str]:
+    names = {**DEFAULT_NODE_NAMES, **(node_names or {})}
+    unknown_roles = set(names) - set(DEFAULT_NODE_NAMES)
+    if unknown_roles:
+        raise ConfigurationError(
+            f"node_names has unknown roles {sorted(unknown_roles)}; "
+            f"valid roles are {sorted(DEFAULT_NODE_NAMES)}"
+        )
+    if agent not in builder.nodes:
+        raise ConfigurationError(
+            f"the graph has no node {agent!r}; add your agent node before calling "
+            f"add_resilience (nodes: {sorted(builder.nodes)})"
+        )
+    for role in roles:
+        name = names[role]
+        if name in builder.nodes or name == agent:
+            raise ConfigurationError(
+                f"node name {name!r} (for {role}) is already taken; pass "
+                f"node_names={{{role!r}: 'another_name'}}"
+            )
+    if any(source == agent for source, _ in builder.edges) or builder.branches.get(agent):
+        raise ConfigurationError(
+            f"node {agent!r} already has outgoing edges; add_resilience adds them itself "
+            "(tool calls -> tools, otherwise END): remove yours"
+        )
+    if not any(source == START for source, _ in builder.edges) and not builder.branches.get(START):
+        raise ConfigurationError(
+            "the graph has no edge from START yet; add it first (e.g. "
+            "builder.add_edge(START, 'agent')), then call add_resilience: it puts a step there "
+            "that answers tool calls a stopped run left unanswered"
+        )
+    return names
+
+
+def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str) -> None:
+    """Make `name` the graph's entry: START -> name -> wherever START led."""
+    for source, target in [edge for edge in builder.edges if edge[0] == START]:
+        builder.edges.discard((source, target))
+        builder.add_edge(name, target)
+    branches = builder.branches.pop(START, None)
+    if branches:
+        builder.branches[name] = branches
+    builder.add_edge(START, name)
+
+
+_DEFAULT_BREAKER = BreakerConfig()
+
+
+class _Node(Runnable[Any, Any]):
+    """A node with real sync and async bodies and nothing else.
+
+    `RunnableLambda` would open a traced child run and inspect the function's
+    signature on every call (half of the per-turn overhead we measured);
+    LangGraph already traces the node itself, like its own `ToolNode`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        func: Callable[[Any, RunnableConfig], Any],
+        afunc: Callable[[Any, RunnableConfig], Awaitable[Any]],
+    ) -> None:
+        self.name = name
+        self._func = func
+        self._afunc = afunc
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self._func(input, ensure_config(config))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await self._afunc(input, ensure_config(config))
+
+
+def _check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
+    unknown = set(profiles) - known
+    if unknown:
+        raise ConfigurationError(
+            f"profiles name unknown tools {sorted(unknown)}; known tools: {sorted(known)}"
+        )
+    for name, profile in profiles.items():
+        missing = [f for f in profile.fallbacks if f not in known]
+        if missing:
+            raise ConfigurationError(
+                f"the fallback of {name!r} names unknown tools {missing}; "
+                f"pass the fallback tools in tools= too (known: {sorted(known)})"
+            )
+        if name in profile.fallbacks:
+            raise ConfigurationError(f"{name!r} cannot be its own fallback")
+    for start in profiles:  # a chain that comes back to its start is a cycle
+        path, frontier = [start], list(profiles[start].fallbacks)
+        while frontier:
+            nxt = frontier.pop()
+            if nxt == start:
+                raise ConfigurationError(
+                    f"fallback cycle through {start!r}: remove one of the fallbacks so the "
+                    "chain ends"
+                )
+            if nxt not in path:
+                path.append(nxt)
+                frontier.extend(profiles[nxt].fallbacks if nxt in profiles else ())
+
+
+def add_resilience(
+    builder: StateGraph[Any, Any, Any, Any],
+    *,
+    agent: str,
+    tools: Sequence[BaseTool | Callable[..., Any]],
+    policy: ResiliencePolicy | None = None,
+    profiles: Mapping[str, ToolProfile] | None = None,
+    clock: Clock | None = None,
+    rng: random.Random | None = None,
+    rules: Sequence[Rule] = (),
+    messages_key: str = "messages",
+    node_names: Mapping[str, str] | None = None,
+    repair_model: BaseChatModel | None = None,
+    planner_model: BaseChatModel | None = None,
+    escalate: bool = False,
+    breaker: BreakerConfig | None = _DEFAULT_BREAKER,
+    breaker_store: BreakerStore | None = None,
+    retry_budget: RetryBudget | None = None,
+    retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
+    idempotency: IdempotencyStore | None = None,
+    saga: SagaLog | None = None,
+) -> StateGraph[Any, Any, Any, Any]:
+    """Wire guarded tool execution and the enabled recovery paths into `builder`.
+
+    Args:
+        builder: the user's `StateGraph`, whose state includes `ResilienceState`.
+        agent: the name of the existing LLM node that emits tool calls. Its
+            outgoing edge is added here: tool calls -> tools, otherwise END.
+        tools: the tools the agent may call (as for `ToolNode`).
+        policy: budgets and backoff; defaults to `ResiliencePolicy()`.
+        profiles: per-tool `ToolProfile`s, by tool name.
+        clock: time source for backoff and deadlines; `SystemClock()` by default.
+        rng: jitter source; a fresh `random.Random()` by default.
+        rules: classification rules tried before the built-in table.
+        messages_key: the state key holding the messages.
+        node_names: rename the added nodes, e.g. ``{"tools": "act"}``.
+        repair_model: a tool-calling chat model for reflection repair of SEMANTIC
+            failures (adds the ``repair`` node); without it they go to the agent.
+        planner_model: a chat model for verified replanning of STRUCTURAL
+            failures, loops and exhausted budgets (adds ``planner``/``executor``).
+        escalate: interrupt for a human on POLICY/UNKNOWN failures and exhausted
+            replans (adds ``escalate``); needs a checkpointer, as every interrupt.
+        breaker: the circuit breaker every tool (or ``ToolProfile.breaker_key``)
+            gets; None turns breakers off.
+        breaker_store: where breaker state lives: in-process by default; a
+            `PostgresBreakerStore` shares it across threads and worker processes.
+        retry_budget: an optional token bucket bounding retries to a fraction of
+            first attempts, per tool, across threads (`retry_budget_store` shares it).
+        idempotency: the durable intent/outcome ledger of side effects
+            (``ToolProfile(side_effect=True)``); in-process by default, which is
+            exactly-once only within one process: pass ``Persistence.idempotency``
+            (Postgres or SQLite) so a crashed and resumed thread never repeats one.
+        saga: the log of compensable effects (``ToolProfile(compensate=...)``),
+            undone newest first when a human aborts; ``Persistence.saga`` to share it.
+
+    Returns the same builder, for chaining.
+
+    >>> add_resilience(builder, agent="agent", tools=[search])  # doctest: +SKIP
+    """
+    if not isinstance(builder, StateGraph):
+        raise ConfigurationError(f"builder must be a langgraph StateGraph, got {type(builder)!r}")
+    _check_state(builder, messages_key)
+    roles = ["pending", "tools", "retry"]
+    roles += ["repair"] if repair_model is not None else []
+    roles += ["planner", "executor"] if planner_model is not None else []
+    roles += ["escalate"] if escalate else []
+    names = _check_names(builder, agent, node_names, roles)
+    if not tools:
+        raise ConfigurationError("tools is empty; pass the tools your agent may call")
+    policy = policy or ResiliencePolicy()
+    clock = clock or SystemClock()
+    tool_node = GuardedToolNode(
+        tools,
+        policy=policy,
+        clock=clock,
+        profiles=profiles,
+        rules=(*rules, *DEFAULT_RULES),
+        rng=rng,
+        messages_key=messages_key,
+        can_repair=repair_model is not None,
+        can_replan=planner_model is not None,
+        can_escalate=escalate,
+        breaker=breaker,
+        breaker_store=breaker_store,
+        retry_budget=retry_budget,
+        retry_budget_store=retry_budget_store,
+        idempotency=idempotency,
+        saga=saga,
+    )
+    _check_profiles(profiles or {}, set(tool_node.tools_by_name))
+
+    def add(role: str, node: Any) -> None:
+        builder.add_node(names[role], _Node(names[role], node.run, node.arun))
+
+    add("pending", AnswerPendingNode(messages_key=messages_key))
+    _enter_through(builder, names["pending"])
+    add("tools", tool_node)
+    add("retry", RetryNode(clock=clock, messages_key=messages_key))
+    if repair_model is not None:
+        add(
+            "repair",
+            RepairNode(
+                model=repair_model,
+                tools_by_name=tool_node.tools_by_name,
+                policy=policy,
+                messages_key=messages_key,
+            ),
+        )
+    if planner_model is not None:
+        add(
+            "planner",
+            PlannerNode(
+                model=planner_model,
+                tools_by_name=tool_node.tools_by_name,
+                policy=policy,
+                can_escalate=escalate,
+                breaker_states=tool_node.breaker_states,
+                side_effects={n for n, p in tool_node.profiles.items() if p.side_effect},
+                messages_key=messages_key,
+            ),
+        )
+        add("executor", PlanExecutorNode(messages_key=messages_key))
+    if escalate:
+        add(
+            "escalate",
+            EscalateNode(
+                policy=policy,
+                tools_by_name=tool_node.tools_by_name,
+                compensate=tool_node.compensate_thread,
+                acompensate=tool_node.acompensate_thread,
+                messages_key=messages_key,
+            ),
+        )
+
+    onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
+    onward.update({role: names[role] for role in roles if role != "pending"})
+    router = functools.partial(announced_next_step, messages_key=messages_key)
+    builder.add_conditional_edges(
+        agent,
+        functools.partial(route_after_agent, messages_key=messages_key),
+        {"tools": names["tools"], "__end__": END},
+    )
+    for role in roles:
+        if role == "pending":
+            continue  # its edges are START's (_enter_through)
+        if role == "retry":
+            builder.add_edge(names["retry"], names["tools"])
+        elif role == "executor":
+            builder.add_conditional_edges(
+                names["executor"],
+                functools.partial(route_after_executor, messages_key=messages_key),
+                onward,
+            )
+        else:
+            builder.add_conditional_edges(names[role], router, onward)
+    return builder
+
+
+def announced_next_step(state: Any, messages_key: str = "messages") -> Next:
+    """`next_step` as the graph's router after a recovery node, announced as a
+    ``route`` event (the router computes it anyway; the nodes never do)."""
+    to = next_step(state, messages_key)
+    emit(Event("route", to=to))
+    return to

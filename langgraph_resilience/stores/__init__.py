@@ -1,0 +1,1 @@
+"""I/O: the Postgres and SQLite adapters behind the ledger, breakers and threads."""
