@@ -91,8 +91,8 @@ from psycopg.rows import dict_row
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph import tools as tools_module
-from langgraph_resilience.graph.events import Event, emit
 from langgraph_resilience.graph.state import merge_ledger
 from langgraph_resilience.graph.tools import GuardedToolNode
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls

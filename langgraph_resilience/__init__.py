@@ -66,13 +66,13 @@ from langgraph_resilience.errors import (
     ToolFailure,
     ToolGoneError,
 )
+from langgraph_resilience.events import (
+    EVENT_KEY,
+    Event,
+)
 from langgraph_resilience.graph.escalate import (
     ESCALATION_TYPE,
     Resolution,
-)
-from langgraph_resilience.graph.events import (
-    EVENT_KEY,
-    Event,
 )
 from langgraph_resilience.graph.model import (
     resilient_model,

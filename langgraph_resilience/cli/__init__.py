@@ -71,8 +71,8 @@ from langgraph_resilience.cli.demo import (
 )
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.events import EVENT_KEY
 from langgraph_resilience.graph.escalate import ESCALATION_TYPE
-from langgraph_resilience.graph.events import EVENT_KEY
 from langgraph_resilience.graph.state import PLAN_CALL_PREFIX, call_slot
 from langgraph_resilience.stores.persistence import (
     Persistence,

@@ -34,7 +34,7 @@ from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
 from langgraph_resilience.errors import FailureClass, ToolError
-from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from langgraph_resilience.errors import AttemptAbandoned
-from langgraph_resilience.graph.events import logger
+from langgraph_resilience.events import logger
 
 __all__ = ["Settled", "arun_with_timeout", "asettle", "run_with_timeout", "settle"]
 

@@ -84,7 +84,7 @@ from langgraph_resilience.errors import (
     ResilienceWarning,
     ToolError,
 )
-from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.stores.breakers import (
     Admission,
     BreakerConfig,

@@ -23,7 +23,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Overwrite
 
 from langgraph_resilience.errors import FailureClass, ToolError
-from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,

@@ -44,7 +44,7 @@ from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.errors import FailureClass, ToolError
-from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.router import Next, next_step
 from langgraph_resilience.graph.state import (
     PLAN_CALL_PREFIX,

@@ -39,7 +39,7 @@ from langgraph_resilience.core.classify import classify
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
 from langgraph_resilience.errors import ExhaustionReason, ToolError
-from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,

@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_resilience.core.clock import Clock
-from langgraph_resilience.graph.events import Event, emit
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.state import Ledger, current_slots, read_ledger
 
 __all__ = ["RetryNode", "next_due"]

@@ -64,8 +64,7 @@ from langgraph_resilience.errors import (
     ToolFailure,
     ToolGoneError,
 )
-from langgraph_resilience.graph.effect_ledger import EffectLedger, LedgerResolver
-from langgraph_resilience.graph.events import Event, emit, logger
+from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.graph.in_flight import (
     Settled,
     arun_with_timeout,
@@ -96,6 +95,7 @@ from langgraph_resilience.stores.breakers import (
     PostgresRetryBudgetStore,
     RetryBudget,
 )
+from langgraph_resilience.stores.effect_ledger import EffectLedger, LedgerResolver
 from langgraph_resilience.stores.fencing import acheck_fence, check_fence
 from langgraph_resilience.stores.ledger import (
     Claim,

@@ -31,8 +31,8 @@ from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.escalate import EscalateNode
-from langgraph_resilience.graph.events import Event, emit
 from langgraph_resilience.graph.pending import AnswerPendingNode
 from langgraph_resilience.graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.graph.repair import RepairNode

@@ -105,7 +105,7 @@ from langgraph_resilience.errors import (
     FailureClass,
     ToolFailure,
 )
-from langgraph_resilience.graph.events import Event, emit, logger
+from langgraph_resilience.events import Event, emit, logger
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",

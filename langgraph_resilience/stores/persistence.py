@@ -90,7 +90,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import ResilienceError, ThreadBusyError
-from langgraph_resilience.graph.effect_ledger import attach_ledger, sqlite_connect
+from langgraph_resilience.stores.effect_ledger import attach_ledger, sqlite_connect
 from langgraph_resilience.stores.fencing import (
     AsyncFencedPostgresSaver,
     Fence,

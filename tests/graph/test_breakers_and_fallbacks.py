@@ -16,7 +16,7 @@ from langgraph_resilience import (
     ToolProfile,
     add_resilience,
 )
-from langgraph_resilience.graph.events import EVENT_KEY
+from langgraph_resilience.events import EVENT_KEY
 from langgraph_resilience.stores.breakers import (
     BreakerConfig,
     InMemoryBreakerStore,

@@ -17,7 +17,7 @@ from langgraph_resilience import (
     ToolProfile,
     current_item_keys,
 )
-from langgraph_resilience.graph.events import EVENT_KEY
+from langgraph_resilience.events import EVENT_KEY
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import Runner, build_graph
 

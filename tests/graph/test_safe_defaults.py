@@ -12,7 +12,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
 from langgraph_resilience import ConfigurationError, ToolProfile, open_sqlite
-from langgraph_resilience.graph.effect_ledger import _CHECKPOINTER_KEY
+from langgraph_resilience.stores.effect_ledger import _CHECKPOINTER_KEY
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import Runner, build_graph
 

@@ -33,8 +33,8 @@ from langgraph_resilience.core.plan import (
 )
 from langgraph_resilience.core.redaction import TRUNCATED, redact, redact_value
 from langgraph_resilience.errors import FailureClass, ToolError, ToolFailure
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.escalate import escalation_request
-from langgraph_resilience.graph.events import Event, emit
 from langgraph_resilience.graph.repair import repair_prompt
 from langgraph_resilience.testing import FakeHTTPError
 
