@@ -58,7 +58,7 @@ from langgraph_resilience.cli import main
 from langgraph_resilience.core.plan import Plan, format_plan_request, verify
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolError
-from langgraph_resilience.graph.tools import _CURRENT_KEY
+from langgraph_resilience.graph.exactly_once import effect_context
 from langgraph_resilience.stores.breakers import BreakerConfig
 from langgraph_resilience.stores.ledger import EffectStatus, as_partial_result
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
@@ -628,11 +628,8 @@ def test_repairer_declines_what_the_envelope_cannot_fix() -> None:
 def test_shop_status_check_answers_by_idempotency_key() -> None:
     """An effect made under an idempotency key is found by that key; others are not."""
     shop = Shop()
-    token = _CURRENT_KEY.set("key-1")
-    try:
+    with effect_context("key-1", None):  # what the tools node does around a side effect
         placed = shop.create_order("c1", "lamp", 2)
-    finally:
-        _CURRENT_KEY.reset(token)
 
     assert shop.status_check("key-1") == EffectStatus(done=True, result=placed)
     assert shop.status_check("key-2") == EffectStatus(done=False)

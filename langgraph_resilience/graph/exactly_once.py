@@ -1,0 +1,453 @@
+"""Exactly once: the flow that runs one side-effecting call at most once per effect.
+
+One `core.flow` flow (`exactly_once`) serves the sync and the async tool paths:
+claim the call's idempotency key; replay a recorded outcome; ask ``status_check``
+about a pending one (never re-run blindly, and not while an abandoned attempt may
+still land); before a new claim runs, reconcile an unresolved intent of the same
+effect asked for by an earlier call (a model re-issuing a call whose answer was
+lost, under a new id); then run the tool once, release the key when it certainly
+did nothing, and record what happened. Every ledger operation is retried as a
+database error, and a ledger that stays down is never reported as the tool's
+failure (`ledger_op`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import inspect
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from langchain_core.messages import ToolCall, ToolMessage
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command
+
+from langgraph_resilience.core.backoff import ledger_retry_delay
+from langgraph_resilience.core.flow import Call, Flow, Sleep
+from langgraph_resilience.core.profile import ToolProfile
+from langgraph_resilience.errors import (
+    ConfigurationError,
+    FailureClass,
+    LedgerUnavailableError,
+    OutputValidationError,
+    ThreadLockLostError,
+    ToolFailure,
+)
+from langgraph_resilience.events import Event, emit, logger
+from langgraph_resilience.graph.in_flight import Settled, asettle, settle
+from langgraph_resilience.stores.effect_ledger import EffectLedger
+from langgraph_resilience.stores.fencing import acheck_fence, check_fence
+from langgraph_resilience.stores.ledger import (
+    Claim,
+    EffectStatus,
+    IdempotencyRecord,
+    claim_action,
+)
+
+__all__ = [
+    "Effect",
+    "EffectNotDone",
+    "OutcomeUnknownError",
+    "current_idempotency_key",
+    "current_item_keys",
+    "effect_context",
+    "exactly_once",
+    "outcome_of",
+]
+
+Answer = ToolMessage | Command[Any]
+
+_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "langgraph_resilience_idempotency_key", default=None
+)
+_CURRENT_ITEM_KEYS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "langgraph_resilience_item_keys", default=None
+)
+
+
+def current_idempotency_key() -> str | None:
+    """The idempotency key of the side-effecting call running now, read inside the tool
+    (like LangGraph's ``get_config()``) so it can pass it on, e.g. as an
+    ``Idempotency-Key`` header. None outside a side-effecting call.
+
+    The key is not an argument: LangGraph's ToolNode strips caller-supplied values of
+    injected arguments, and the model must never see or forge it.
+    """
+    return _CURRENT_KEY.get()
+
+
+def current_item_keys() -> tuple[str, ...] | None:
+    """Inside a side-effecting batch tool (`ToolProfile(batch_arg=...)`): one
+    idempotency key per item of the batch argument, in order, to send to the service
+    per item. A redo of failed items gets the keys those items had on the first run,
+    so an item that did go through is deduplicated. None elsewhere."""
+    return _CURRENT_ITEM_KEYS.get()
+
+
+@contextlib.contextmanager
+def effect_context(key: str, item_keys: tuple[str, ...] | None) -> Iterator[None]:
+    """While the tool runs: its idempotency key (and per-item keys) for the tool."""
+    previous = (_CURRENT_KEY.get(), _CURRENT_ITEM_KEYS.get())
+    _CURRENT_KEY.set(key)
+    _CURRENT_ITEM_KEYS.set(item_keys)
+    try:
+        yield
+    finally:  # set, not reset: a BaseException may unwind in another context
+        _CURRENT_KEY.set(previous[0])
+        _CURRENT_ITEM_KEYS.set(previous[1])
+
+
+class OutcomeUnknownError(ToolFailure):
+    """An earlier run of this side effect left no outcome and nothing could tell whether
+    it happened: it is not run again blindly (UNKNOWN, ``query_status``).
+
+    ``earlier_call`` says the unknown effect was asked for by an earlier, identical
+    call (same tool and arguments in this thread, e.g. a model re-issuing a call
+    whose answer was lost under a new id) rather than by this call itself.
+    """
+
+    def __init__(self, key: str, *, earlier_call: bool = False, reason: str = "") -> None:
+        if earlier_call:
+            text = (
+                "an identical earlier call (same tool and arguments) in this thread may "
+                "already have taken effect; its outcome is unknown, so this call was not "
+                "executed. Check whether the earlier one took effect before asking again."
+            )
+        else:
+            text = (
+                "an earlier attempt of this side effect may have happened and its outcome "
+                "is unknown; it was not run again. Check its status before retrying."
+            )
+        context: dict[str, Any] = {"idempotency_key": key}
+        if earlier_call:
+            context["earlier_call"] = True
+        if reason:
+            context["reason"] = reason
+        super().__init__(
+            FailureClass.UNKNOWN, text, suggested_action="query_status", context=context
+        )
+
+
+class EffectNotDone(ToolFailure):
+    """The service says the effect did not happen, and the call has no attempt left."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            FailureClass.TRANSIENT,
+            "the service reports this side effect did not happen, and no attempt is left "
+            "to run it again",
+            context={"idempotency_key": key, "reconciled": "not_done"},
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Effect:
+    """One side-effecting call: its key, what the ledger stores of it, how to run it."""
+
+    ledger: EffectLedger
+    key: str
+    thread_id: str
+    args_json: str
+    profile: ToolProfile
+    args: dict[str, Any]
+    fingerprint: str
+    may_execute: bool = True
+    """False once the call's attempts are spent: a reconcile may only ask status_check."""
+    approved: bool = False
+    """A human answered retry/edit: an unknown earlier outcome does not block it."""
+    told_before: frozenset[str] = frozenset()
+    """Keys of unknown effects told to the agent in an earlier task: not blocking."""
+    grace: float = 0.0
+    """How long an abandoned attempt may still be running (the tool's timeout)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """What the flow needs from the node: running the tool, and two judgements of its
+    outcome (both pure)."""
+
+    tool: Callable[[], Flow[Answer]]
+    """The tool's execution (with the effect's keys in context): its answer."""
+    maybe_executed: Callable[[BaseException], bool]
+    """Whether a failure may hide a done effect (a lost response)."""
+    broken_contract: Callable[[Answer], OutputValidationError | None]
+    """The output-contract failure of an answer, or None when it is usable."""
+
+
+_STILL_RUNNING = (
+    "an earlier attempt that timed out is still running, so whether it takes effect is "
+    "not known yet; it was not run again"
+)
+
+
+def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
+    """The exactly-once flow of one side-effecting call (see the module docstring)."""
+    yield Call(check_fence, acheck_fence, (effect.thread_id,))
+    claim: Claim = yield from ledger_op(effect, "claim", _claim(call, effect))
+    can_check = effect.profile.status_check is not None
+    action = claim_action(claim, can_check_status=can_check)
+    if action == "replay":
+        return _replayed(call, claim.record.result, effect.key)
+    if action == "unknown" and effect.approved:
+        action = "execute"  # nothing can be asked; a human vouched for running it
+    if action == "unknown":
+        raise OutcomeUnknownError(effect.key)
+    reconcile = _reconcile_own if action == "check_status" else _reconcile_earlier
+    reconciled = yield from reconcile(call, effect)
+    if reconciled is not None:
+        return reconciled
+    try:
+        yield Call(check_fence, acheck_fence, (effect.thread_id,))
+    except ThreadLockLostError:
+        yield from _release(effect, effect.key)  # claimed, never run: the holder runs it
+        raise
+    try:
+        answer: Answer = yield from run.tool()
+    except GraphBubbleUp:
+        yield from _release(effect, effect.key)  # paused before the effect: run it afresh
+        raise
+    except Exception as exc:
+        if not run.maybe_executed(exc):
+            yield from _release(effect, effect.key)
+        raise
+    return (yield from _settle_answer(call, effect, answer, run))
+
+
+def _settle_answer(call: ToolCall, effect: Effect, answer: Answer, run: Run) -> Flow[Answer]:
+    """Record what ran; an unusable answer of an effect that ran is as if lost."""
+    broken = run.broken_contract(answer)
+    if broken is not None:
+        if effect.profile.status_check is None:
+            raise OutputValidationError(broken.problems, effect_unknown=True) from broken
+        status = yield _status(effect, effect.key)
+        if not status.done:
+            yield from _release(effect, effect.key)
+            raise broken  # SEMANTIC: fixing the call cannot do the effect twice
+        yield from _record(effect, effect.key, _jsonable(status.result))
+        return _replayed(call, status.result, effect.key, reconciled=True)
+    yield from _record(effect, effect.key, outcome_of(answer))
+    if effect.profile.compensate is not None:
+        saga = effect.ledger.saga
+        kwargs = {"key": effect.key, "tool": call["name"], "action": "effect", "status": "done"}
+        yield from ledger_op(
+            effect, "saga", Call(saga.append, saga.aappend, (effect.thread_id,), kwargs)
+        )
+    return answer
+
+
+def _reconcile_own(call: ToolCall, effect: Effect) -> Flow[ToolMessage | None]:
+    """This call's own intent has no outcome (a crash, a lost answer): wait out an
+    attempt still in flight, then ask the service. Done: answered with its result.
+    Not done: run it once more, if attempts are left (None), else it is exhausted."""
+    settled: Settled = yield Call(settle, asettle, (effect.key, effect.grace))
+    if settled == "running":
+        raise OutcomeUnknownError(effect.key, reason=_STILL_RUNNING)
+    if settled == "ended":  # its late outcome may be recorded by now
+        claim: Claim = yield from ledger_op(effect, "claim", _claim(call, effect))
+        if claim_action(claim, can_check_status=True) == "replay":
+            return _replayed(call, claim.record.result, effect.key)
+    status: EffectStatus = yield _status(effect, effect.key)
+    if status.done:
+        yield from _record(effect, effect.key, _jsonable(status.result))
+        return _replayed(call, status.result, effect.key, reconciled=True)
+    if not effect.may_execute and not effect.approved:
+        yield from _release(effect, effect.key)
+        raise EffectNotDone(effect.key)
+    return None
+
+
+def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | None]:
+    """Before a newly claimed effect runs: the same effect asked for by an earlier
+    call whose outcome is unknown. Done: this call is answered with its result (and
+    its own key records it). Not done: released, and this call runs. Unknowable
+    (no status_check, or it failed): this call does not run."""
+    store = effect.ledger.idempotency
+    unresolved = Call(store.unresolved, store.aunresolved, (effect.thread_id, effect.fingerprint))
+    found: Sequence[IdempotencyRecord] = yield from ledger_op(effect, "siblings", unresolved)
+    for sibling in _siblings(found, effect):
+        if effect.profile.status_check is None:
+            if effect.approved:  # nothing can be asked; a human vouched for running it
+                yield from _release(effect, sibling.key)
+                continue
+            yield from _release(effect, effect.key)  # this call did not run
+            raise OutcomeUnknownError(sibling.key, earlier_call=True)
+        settled: Settled = yield Call(settle, asettle, (sibling.key, effect.grace))
+        try:
+            if settled == "running":
+                raise OutcomeUnknownError(sibling.key, reason=_STILL_RUNNING)
+            status: EffectStatus = yield _status(effect, sibling.key)
+        except OutcomeUnknownError as exc:
+            yield from _release(effect, effect.key)
+            reason = str(exc.context.get("reason", ""))
+            raise OutcomeUnknownError(sibling.key, earlier_call=True, reason=reason) from exc
+        if status.done:
+            result = _jsonable(status.result)
+            yield from _record(effect, sibling.key, result)
+            yield from _record(effect, effect.key, result)
+            return _replayed(call, status.result, sibling.key, reconciled=True)
+        yield from _release(effect, sibling.key)
+    return None
+
+
+# ------------------------------------------------------------------ the ledger's I/O
+
+_AFTER = frozenset({"record", "release", "saga"})
+"""Ledger writes that follow what happened (or did not): if the ledger stays down they
+are given up, never reported as the tool's failure. The intent then stays pending, so
+the effect is reconciled later, never re-run blindly."""
+
+
+def ledger_op(effect: Effect, op: str, action: Call) -> Flow[Any]:
+    """One ledger operation, retried with backoff as a database error; when it keeps
+    failing: before the effect the run stops loudly (`LedgerUnavailableError`, nothing
+    ran), after it the call keeps its answer and the intent stays pending."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return (yield action)
+        except Exception as exc:
+            delay = ledger_retry_delay(attempt)
+            if delay is None:
+                if op not in _AFTER:
+                    raise LedgerUnavailableError(op, exc) from exc
+                _gave_up(op, effect, exc)
+                return None
+            emit(Event("ledger_retry", operation=op, attempt=attempt, error=type(exc).__name__))
+            yield Sleep(delay)
+
+
+def _gave_up(op: str, effect: Effect, exc: BaseException) -> None:
+    logger.warning(
+        "ledger %s failed for %s (%s): the intent stays pending and is reconciled later",
+        op,
+        effect.key,
+        type(exc).__name__,
+    )
+    emit(Event("ledger_unavailable", operation=op, key=effect.key, error=type(exc).__name__))
+
+
+def _claim(call: ToolCall, effect: Effect) -> Call:
+    store = effect.ledger.idempotency
+    kwargs = {
+        "tool": call["name"],
+        "args_json": effect.args_json,
+        "thread_id": effect.thread_id,
+        "fingerprint": effect.fingerprint,
+    }
+    return Call(store.claim, store.aclaim, (effect.key,), kwargs)
+
+
+def _record(effect: Effect, key: str, result: Any) -> Flow[Any]:
+    store = effect.ledger.idempotency
+    return ledger_op(
+        effect, "record", Call(store.record_outcome, store.arecord_outcome, (key, result))
+    )
+
+
+def _release(effect: Effect, key: str) -> Flow[Any]:
+    store = effect.ledger.idempotency
+    return ledger_op(effect, "release", Call(store.release, store.arelease, (key,)))
+
+
+def _siblings(found: Sequence[IdempotencyRecord], effect: Effect) -> list[IdempotencyRecord]:
+    """Unresolved intents of the same effect asked for by other calls (not this key), but
+    for those the agent was told of in an earlier task: the user asked anew since."""
+    return [r for r in found if r.key != effect.key and r.key not in effect.told_before]
+
+
+# ------------------------------------------------------------------ status checks
+
+
+def _status(effect: Effect, key: str) -> Call:
+    """Ask the profile's ``status_check`` about `key`: an exception leaves the outcome
+    unknown (never a "not done"); an async check needs an async run."""
+    return Call(_ask, _aask, (effect, key))
+
+
+def _ask(effect: Effect, key: str) -> EffectStatus:
+    answer = _check(effect, key)
+    if inspect.isawaitable(answer):
+        if inspect.iscoroutine(answer):
+            answer.close()
+        raise ConfigurationError(
+            f"the status_check of {effect.profile!r} is async: run the graph with "
+            "ainvoke/astream, or give the tool a sync status_check"
+        )
+    return _effect_status(answer)
+
+
+async def _aask(effect: Effect, key: str) -> EffectStatus:
+    answer = _check(effect, key)
+    if inspect.isawaitable(answer):
+        try:
+            answer = await answer
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            raise OutcomeUnknownError(key, reason=f"status_check failed: {exc}") from exc
+    return _effect_status(answer)
+
+
+def _check(effect: Effect, key: str) -> Any:
+    check = effect.profile.status_check
+    if check is None:  # the flow asks only when there is one
+        raise RuntimeError("status_check asked for a tool that has none")
+    try:
+        return check(key, dict(effect.args)) if _takes_args(check) else check(key)
+    except GraphBubbleUp:
+        raise
+    except Exception as exc:
+        raise OutcomeUnknownError(key, reason=f"status_check failed: {exc}") from exc
+
+
+def _takes_args(check: Callable[..., Any]) -> bool:
+    """Whether a status_check accepts the call's arguments as a second argument."""
+    try:
+        parameters = inspect.signature(check).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def _effect_status(value: Any) -> EffectStatus:
+    """Accept an `EffectStatus`, a bool, None (not done) or the result itself (done)."""
+    if isinstance(value, EffectStatus):
+        return value
+    if value is None or value is False:
+        return EffectStatus(done=False)
+    if value is True:
+        return EffectStatus(done=True)
+    return EffectStatus(done=True, result=value)
+
+
+# ------------------------------------------------------------------ answers
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def outcome_of(answer: Answer) -> Any:
+    """What the ledger records of an answer: its content (JSON), or None for a Command."""
+    return _jsonable(answer.content) if isinstance(answer, ToolMessage) else None
+
+
+def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False) -> ToolMessage:
+    """The answer for an effect that already happened: its recorded result, not a re-run."""
+    content = result if isinstance(result, str) else json.dumps(result, default=str)
+    how = "reconciled" if reconciled else "replayed"
+    return ToolMessage(
+        content=content,
+        name=call["name"],
+        tool_call_id=call["id"] or "",
+        response_metadata={"resilience": {how: True, "idempotency_key": key}},
+    )

@@ -1,0 +1,364 @@
+"""Which calls a tools step runs: the batch, chosen before anything executes.
+
+Per super-step the tools node runs only the calls of the latest `AIMessage` that
+are new or whose retry is due, so a succeeding sibling never runs twice. A new
+call passes the loop guard and the thread's memory of gone tools first; a call
+that a budget stops, that names an unknown tool, or whose id is missing or
+shared, is answered without running (a `Preflight`). Pure over the state and the
+`ToolSettings`, except for the breaker reads behind `ToolSettings.breaker_open`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
+from langchain_core.tools import BaseTool
+
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.classify import Rule, classify, unknown_tool_error
+from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.core.decide import remembered_gone
+from langgraph_resilience.core.loops import detect_loop
+from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.profile import ToolProfile
+from langgraph_resilience.errors import ExhaustionReason, ToolError, ToolGoneError
+from langgraph_resilience.graph.answers import (
+    budget_error,
+    call_id_error,
+    invalid_call_error,
+    last_error,
+    loop_error,
+)
+from langgraph_resilience.graph.state import (
+    PLAN_CALL_PREFIX,
+    CallRecord,
+    Ledger,
+    TaskLedger,
+    call_slot,
+    current_task,
+    last_ai_message,
+    read_ledger,
+    read_messages,
+    task_view,
+)
+
+__all__ = ["Batch", "Preflight", "ToolSettings", "plan_batch", "step_input", "tool_attempts"]
+
+_DUE_TOLERANCE = 1e-3
+"""Seconds of clock skew within which a scheduled retry counts as due."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolSettings:
+    """What the tools step knows of its graph: policy, profiles, tools, and the three
+    reads and writes of shared state it makes (breakers, the retry budget)."""
+
+    policy: ResiliencePolicy
+    profiles: Mapping[str, ToolProfile]
+    rules: tuple[Rule, ...]
+    tools: Mapping[str, BaseTool]
+    clock: Clock
+    rng: random.Random
+    messages_key: str
+    can_repair: bool
+    can_replan: bool
+    can_escalate: bool
+    breaker_open: Callable[[str], bool]
+    """Whether a tool's breaker is open now."""
+    deposit: Callable[[str, float], None]
+    """A first attempt earns retry tokens in the shared retry budget."""
+    withdraw: Callable[[str, float], bool]
+    """May this call retry? False when the shared retry budget is empty."""
+
+    def max_attempts(self, tool: str) -> int:
+        """The tool's `max_attempts`: its profile's, else the policy's."""
+        profile = self.profiles.get(tool)
+        if profile is not None and profile.max_attempts is not None:
+            return profile.max_attempts
+        return self.policy.max_attempts
+
+    def loop_threshold(self, tool: str) -> int:
+        """The tool's loop threshold: its profile's, else the policy's."""
+        profile = self.profiles.get(tool)
+        if profile is not None and profile.loop_threshold is not None:
+            return profile.loop_threshold
+        return self.policy.loop_threshold
+
+    def fallbacks(
+        self, primary: str, tried: Sequence[str], gone: Mapping[str, float], now: float
+    ) -> list[str]:
+        """`primary`'s fallbacks still worth a call: not tried for this call, breaker
+        not open, not remembered as gone in this thread."""
+        chain = self.profiles.get(primary)
+        if chain is None:
+            return []
+        memory = self.policy.structural_memory_s
+        return [
+            name
+            for name in chain.fallbacks
+            if name not in tried
+            and name in self.tools
+            and remembered_gone(gone, name, now=now, memory=memory) is None
+            and not self.breaker_open(name)
+        ]
+
+
+@dataclasses.dataclass(slots=True)
+class Preflight:
+    """A call answered without running: unknown tool, loop, spent budget, bad JSON."""
+
+    error: ToolError
+    exhausted: ExhaustionReason | None = None
+    key: str = ""
+    repairable: bool = False
+    """Arguments that are not JSON: reflection repair may still produce a valid call."""
+    slot: str = ""
+    """The call's slot in the ledger."""
+
+
+@dataclasses.dataclass(slots=True)
+class Batch:
+    """One super-step of the tools node: what runs (with the arguments in force), what
+    is answered without running, and the loop-guard bookkeeping."""
+
+    ai_index: int
+    ai: AIMessage
+    now: float
+    task: TaskLedger
+    """The current task's view of the ledger (a fresh one when this turn starts it)."""
+    runnable: list[ToolCall] = dataclasses.field(default_factory=list)
+    preflight: list[Preflight] = dataclasses.field(default_factory=list)
+    keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    slots: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Call id -> slot, for the calls that run."""
+    loop_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Call id -> the key the loop guard counted, for calls the agent issued now."""
+    rerouted: dict[str, tuple[str, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    """Calls sent straight to a fallback: call id -> (the remembered-gone tool, its args)."""
+    item_keys: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    """Redone batch calls: the item keys of their first run."""
+    spent: set[str] = dataclasses.field(default_factory=set)
+    approved: set[str] = dataclasses.field(default_factory=set)
+    informed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The ledger's unknown effects the agent was told of, by key -> task."""
+    seen: dict[str, int] = dataclasses.field(default_factory=dict)
+    recent: list[str] = dataclasses.field(default_factory=list)
+
+    def told_before(self) -> frozenset[str]:
+        """Unknown effects the agent was told of in an earlier task."""
+        task = self.task.get("id", "")
+        return frozenset(key for key, told in self.informed.items() if told != task)
+
+
+def tool_attempts(record: CallRecord) -> int:
+    """Executions of the call by the tool serving it now: a fallback gets its own
+    `max_attempts` and backoff, counted from when it took over."""
+    return record["attempts"] - record.get("fallback_at", 0)
+
+
+def plan_batch(cfg: ToolSettings, state: Any) -> Batch | None:
+    """The calls of the latest AIMessage this step runs, and those it answers at once."""
+    messages = read_messages(state, cfg.messages_key)
+    found = last_ai_message(messages)
+    if found is None:
+        return None
+    ai_index, ai = found
+    ledger = read_ledger(state)
+    calls = ledger.get("calls") or {}
+    task = task_view(ledger, current_task(messages))
+    batch = Batch(ai_index, ai, cfg.clock.time(), task, informed=ledger.get("informed") or {})
+    answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
+    repaired = _invalid_calls(cfg, batch, answered, calls)
+    budget = [cfg.policy.max_tool_attempts - int(task.get("tool_attempts") or 0)]
+    valid = [(call_slot(ai, ai_index, i), call) for i, call in enumerate(ai.tool_calls)]
+    ids = Counter(call["id"] for call in ai.tool_calls)
+    for slot, call in [*valid, *repaired]:
+        call_id = call["id"] or ""
+        if call_id in answered:
+            continue
+        if not call_id or ids[call_id] > 1:  # ToolMessages could not tell them apart
+            batch.preflight.append(Preflight(call_id_error(call, ids[call_id]), slot=slot))
+            continue
+        _consider(cfg, batch, ledger, slot, call, budget=budget)
+    return batch
+
+
+def _consider(
+    cfg: ToolSettings, batch: Batch, ledger: Ledger, slot: str, call: ToolCall, *, budget: list[int]
+) -> None:
+    """Run one call this step, answer it without running, or leave it (not due yet)."""
+    record = (ledger.get("calls") or {}).get(slot)
+    if record is not None and (
+        record["status"] != "scheduled" or (record["due"] or 0.0) > batch.now + _DUE_TOLERANCE
+    ):
+        return
+    call_id = call["id"] or ""
+    # a fallback serves the call under its original id
+    name = (record.get("served_by") if record is not None else None) or call["name"]
+    if name not in cfg.tools:
+        error = unknown_tool_error(name, list(cfg.tools), call_id=call_id)
+        batch.preflight.append(Preflight(error, slot=slot))
+        return
+    args = dict(record["args"]) if record is not None and "args" in record else call["args"]
+    key = call_key(name, args, noise_fields=cfg.policy.noise_fields)
+    if record is None:  # a call issued now, not a retry of one in the ledger
+        admitted = _admit(cfg, batch, call, key, slot, gone=ledger.get("gone") or {})
+        if admitted is None:
+            return
+        name, args, key = admitted
+    exhausted = _exhausted(cfg, batch, ledger, budget[0])
+    if exhausted is not None:
+        error = last_error(record) or budget_error(call, exhausted)
+        batch.preflight.append(Preflight(error, exhausted, key, slot=slot))
+        return
+    budget[0] -= 1
+    _to_run(cfg, batch, slot, {**call, "name": name, "args": args}, key=key, record=record)
+
+
+def _to_run(
+    cfg: ToolSettings,
+    batch: Batch,
+    slot: str,
+    call: ToolCall,
+    *,
+    key: str,
+    record: CallRecord | None,
+) -> None:
+    """Add a call to the step's runnable calls, with what its run must know."""
+    call_id = call["id"] or ""
+    if record is not None:
+        if record.get("item_keys"):
+            batch.item_keys[call_id] = list(record["item_keys"])
+        if tool_attempts(record) >= cfg.max_attempts(call["name"]):
+            batch.spent.add(call_id)
+        if record.get("approved"):
+            batch.approved.add(call_id)
+    batch.keys[call_id] = key
+    batch.slots[call_id] = slot
+    batch.runnable.append(call)
+
+
+def _invalid_calls(
+    cfg: ToolSettings, batch: Batch, answered: set[str], calls: Mapping[str, CallRecord]
+) -> list[tuple[str, ToolCall]]:
+    """Unparseable calls: new ones are answered (or sent to repair) in preflight;
+    those a repair already fixed come back as ordinary calls (with their slots)."""
+    repaired: list[tuple[str, ToolCall]] = []
+    for position, invalid in enumerate(batch.ai.invalid_tool_calls):
+        call_id = invalid.get("id")
+        if not call_id or call_id in answered:
+            continue
+        slot = call_slot(batch.ai, batch.ai_index, position, invalid=True)
+        if slot in calls:
+            name = invalid.get("name") or ""
+            repaired.append((slot, ToolCall(name=name, args={}, id=call_id, type="tool_call")))
+            continue
+        repairable = invalid.get("name") in cfg.tools
+        error = invalid_call_error(invalid)
+        batch.preflight.append(Preflight(error, repairable=repairable, slot=slot))
+    return repaired
+
+
+def _admit(
+    cfg: ToolSettings,
+    batch: Batch,
+    call: ToolCall,
+    key: str,
+    slot: str,
+    *,
+    gone: Mapping[str, float],
+) -> tuple[str, dict[str, Any], str] | None:
+    """A new call passes the loop guard (the agent's calls only: plan steps are
+    verified instead) and the thread's memory of gone tools: the tool, arguments
+    and key to run, or None when it is answered without running."""
+    if not (call["id"] or "").startswith(PLAN_CALL_PREFIX) and _is_loop(
+        cfg, batch, call, key, slot
+    ):
+        return None
+    if call["name"] not in gone:
+        return call["name"], call["args"], key
+    routed = _avoid_gone(cfg, batch, call, slot, gone)
+    if routed is None:
+        return None
+    name, args = routed
+    return name, args, call_key(name, args, noise_fields=cfg.policy.noise_fields)
+
+
+def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: str) -> bool:
+    """Count a call the agent issues now; answer it with a loop envelope if it closes one."""
+    failed = batch.task.get("failed") or {}
+    seen = {**(batch.task.get("seen") or {})}
+    for issued, count in batch.seen.items():
+        seen[issued] = seen.get(issued, 0) + count
+    recent = [*(batch.task.get("recent") or []), *batch.recent]
+    loop = detect_loop(
+        key, seen=seen, recent=recent, threshold=cfg.loop_threshold(call["name"]), failed=failed
+    )
+    batch.seen[key] = batch.seen.get(key, 0) + 1
+    batch.recent.append(key)
+    batch.loop_keys[call["id"] or ""] = key
+    if loop is None:
+        return False
+    count = seen.get(key, 0) + 1 + int(failed.get(key, 0))
+    batch.preflight.append(Preflight(loop_error(call, key, loop, count), "loop", key, slot=slot))
+    return True
+
+
+def _avoid_gone(
+    cfg: ToolSettings, batch: Batch, call: ToolCall, slot: str, gone: Mapping[str, float]
+) -> tuple[str, dict[str, Any]] | None:
+    """A new call to a tool this thread saw answer STRUCTURAL: send it straight to a
+    fallback (the tool and arguments to run), else answer it as STRUCTURAL (None).
+    Once the memory has lapsed, the tool itself runs again."""
+    name, args = call["name"], call["args"]
+    at = remembered_gone(gone, name, now=batch.now, memory=cfg.policy.structural_memory_s)
+    if at is None:
+        return name, args
+    call_id = call["id"] or ""
+    candidates = cfg.fallbacks(name, [name], gone, batch.now)
+    if candidates:
+        fallback = candidates[0]
+        profile = cfg.profiles[name]
+        routed = profile.fallback_args(fallback, dict(args)) if profile.fallback_args else args
+        batch.rerouted[call_id] = (name, dict(args))
+        return fallback, dict(routed)
+    error = classify(
+        ToolGoneError(name, batch.now - at),
+        tool=name,
+        profile=cfg.profiles.get(name),
+        call_id=call_id,
+        rules=cfg.rules,
+    )
+    batch.preflight.append(Preflight(error, slot=slot))
+    return None
+
+
+def _exhausted(
+    cfg: ToolSettings, batch: Batch, ledger: Ledger, budget_left: int
+) -> ExhaustionReason | None:
+    """The task budget (or the thread's lifetime cap) that stops a call from running."""
+    started_at = batch.task.get("started_at")
+    deadline = cfg.policy.deadline_s
+    if deadline is not None and started_at is not None and batch.now - started_at >= deadline:
+        return "deadline"
+    if budget_left <= 0:
+        return "max_tool_attempts"
+    lifetime = cfg.policy.max_thread_tool_attempts
+    if lifetime is not None and int(ledger.get("tool_attempts") or 0) + len(batch.runnable) >= (
+        lifetime
+    ):
+        return "max_thread_tool_attempts"
+    return None
+
+
+def step_input(cfg: ToolSettings, state: Any, batch: Batch) -> dict[str, Any]:
+    """ToolNode's input: the history up to the AIMessage, which holds only the due calls."""
+    messages = read_messages(state, cfg.messages_key)[: batch.ai_index]
+    only_due = batch.ai.model_copy(update={"tool_calls": batch.runnable})
+    base = dict(state) if isinstance(state, Mapping) else {}
+    return {**base, cfg.messages_key: [*messages, only_due]}

@@ -1,0 +1,604 @@
+"""How a tools step settles its calls: the per-call state machine over the ledger.
+
+After ToolNode ran the batch, each call's outcome becomes its next state in the
+ledger: answered (ok or failed), scheduled for a retry, sent to repair, replan or
+escalation, or handed to a fallback; partial batches keep what succeeded. The
+step's ledger delta and messages are the node's update; the failures that left
+their tool are the breaker reports the node sends once (a breaker counts logical
+calls). Pure over (state, batch, ToolNode's output, `ToolSettings`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import AnyMessage, ToolCall, ToolMessage
+from langgraph.prebuilt.tool_node import ToolInvocationError
+
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.decide import Decision, decide, decide_repair, unrecovered
+from langgraph_resilience.core.redaction import redact
+from langgraph_resilience.errors import CircuitOpenError, FailureClass, ToolError, ToolGoneError
+from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.answers import (
+    BreakerReport,
+    Raised,
+    classified,
+    error_message,
+    split_output,
+    with_done_items,
+    with_trail,
+)
+from langgraph_resilience.graph.state import (
+    PLAN_CALL_PREFIX,
+    CallRecord,
+    Ledger,
+    TaskLedger,
+    current_calls,
+    read_ledger,
+)
+from langgraph_resilience.graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
+from langgraph_resilience.stores.ledger import PartialResult, as_partial_result, failed_items
+
+__all__ = ["Step", "finish_step"]
+
+
+@dataclasses.dataclass(slots=True)
+class Step:
+    """What one tools step accumulates while settling its calls."""
+
+    ledger: Ledger
+    task: TaskLedger
+    task_attempts: int
+    elapsed: float
+    calls: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
+    messages: list[AnyMessage] = dataclasses.field(default_factory=list)
+    events: dict[str, int] = dataclasses.field(default_factory=dict)
+    gone: dict[str, float] = dataclasses.field(default_factory=dict)
+    seen: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Loop-guard corrections: a failure handed back leaves `seen` for `failed`."""
+    failed: dict[str, int] = dataclasses.field(default_factory=dict)
+    unreported: dict[str, BreakerReport] = dataclasses.field(default_factory=dict)
+    """Per call id: this step's failed attempt, not yet told to its breaker."""
+    reports: list[BreakerReport] = dataclasses.field(default_factory=list)
+    """Failures of calls that left their tool in this step: one per logical call."""
+    informed: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Effects of unknown outcome the agent was told of in this step, by key -> task."""
+
+    def count(self, kind: str) -> None:
+        self.events[kind] = self.events.get(kind, 0) + 1
+
+
+def finish_step(
+    cfg: ToolSettings, state: Any, batch: Batch, output: Any
+) -> tuple[Any, list[BreakerReport]]:
+    """The node's update for one step (messages and ledger delta), and its breaker reports."""
+    ledger = read_ledger(state)
+    results, commands = split_output(output, cfg.messages_key)
+    refused = {
+        call_id
+        for call_id, m in results.items()
+        if isinstance(m.artifact, Raised) and not m.artifact.executed
+    }
+    executed = len(batch.runnable) - len(refused)
+    started_at = batch.task.get("started_at")
+    step = Step(
+        ledger=ledger,
+        task=batch.task,
+        task_attempts=int(batch.task.get("tool_attempts") or 0) + executed,
+        elapsed=batch.now - (started_at or batch.now),
+    )
+    for issued in batch.runnable:
+        _settle_call(cfg, step, batch, issued, results.get(issued["id"] or ""), refused=refused)
+    calls = ledger.get("calls") or {}
+    for item in batch.preflight:
+        _settle_preflight(cfg, step, item, calls)
+    _end_waits_past_budget(cfg, step, state, batch.now)
+    update: dict[str, Any] = {
+        cfg.messages_key: step.messages,
+        "resilience": _delta(batch, step, executed),
+    }
+    return ([*commands, update] if commands else update), step.reports
+
+
+def _settle_call(
+    cfg: ToolSettings,
+    step: Step,
+    batch: Batch,
+    issued: ToolCall,
+    message: ToolMessage | None,
+    *,
+    refused: set[str],
+) -> None:
+    """One executed (or refused) call: its new record, then success, failure or partial."""
+    call_id = issued["id"] or ""
+    slot = batch.slots[call_id]
+    previous = (step.ledger.get("calls") or {}).get(slot)
+    ran = call_id not in refused
+    fixed = message.response_metadata.pop("resilience_coercion", None) if message else None
+    call = issued if fixed is None else {**issued, "args": fixed["args"]}
+    record = _record(
+        call,
+        batch.keys[call_id],
+        attempts=(previous["attempts"] if previous else 0) + ran,
+        previous=previous,
+        coercions=fixed["changes"] if fixed is not None else None,
+    )
+    if call_id in batch.loop_keys:
+        record["loop_key"] = batch.loop_keys[call_id]
+    if call_id in batch.rerouted:
+        _note_reroute(step, record, batch.rerouted[call_id])
+    if ran:
+        record.pop("approved", None)  # a human's retry buys one more execution
+        step.count("attempt")
+        if tool_attempts(record) == 1:  # a first try of this tool
+            cfg.deposit(call["name"], batch.now)
+    raised = message.artifact if message is not None else None
+    if isinstance(raised, Raised):
+        if raised.unreported is not None:
+            step.unreported[call_id] = raised.unreported
+        if raised.effect_key is not None:
+            record["effect_key"] = raised.effect_key
+        _settle_failure(cfg, step, slot, call, record, raised=raised, now=batch.now)
+        return
+    partial = _partial(cfg, call, message)
+    if partial is not None and message is not None:
+        _settle_partial(
+            cfg, step, slot, call, record, message=message, partial=partial, now=batch.now
+        )
+        return
+    attempt = tool_attempts(record)
+    emit(Event("attempt", tool=call["name"], call_id=call_id, attempt=attempt, ok=True))
+    record["status"] = "ok"
+    step.calls[slot] = record
+    if message is not None:
+        message.response_metadata.pop("resilience_item_keys", None)
+        merged = with_done_items(message, record, cfg.profiles.get(call["name"]))
+        step.messages.append(with_trail(merged, record))
+
+
+def _settle_failure(
+    cfg: ToolSettings,
+    step: Step,
+    slot: str,
+    call: ToolCall,
+    record: CallRecord,
+    *,
+    raised: Raised,
+    now: float,
+) -> None:
+    """Carry out `decide()`'s verdict on one failed execution (classified where it was
+    caught: `Raised.envelope`)."""
+    attempts = tool_attempts(record)
+    error = raised.envelope.for_call(tool=call["name"], call_id=call["id"] or "", attempt=attempts)
+    exc = raised.error
+    if isinstance(exc, ToolInvocationError):  # rejected before running: safe to repair
+        error = error.model_copy(update={"context": {**error.context, "stage": "arguments"}})
+    elif error.failure_class is FailureClass.STRUCTURAL and not isinstance(
+        exc, CircuitOpenError | ToolGoneError
+    ):
+        step.gone[call["name"]] = now  # the endpoint answered: remember it for the thread
+    record["error"] = error.model_dump(mode="json")
+    emit(
+        Event(
+            "attempt",
+            tool=call["name"],
+            call_id=call["id"],
+            attempt=attempts,
+            ok=False,
+            failure_class=error.failure_class.value,
+            error=error.type,
+        )
+    )
+    _decide(cfg, step, slot, call, record, error=error, now=now)
+
+
+def _decide(
+    cfg: ToolSettings,
+    step: Step,
+    slot: str,
+    call: ToolCall,
+    record: CallRecord,
+    *,
+    error: ToolError,
+    now: float,
+) -> None:
+    """Carry out `decide()`'s verdict on a failed execution: retry, fall back, or on."""
+    decision = decide(
+        error,
+        attempts=tool_attempts(record),
+        task_attempts=step.task_attempts,
+        elapsed=step.elapsed,
+        policy=cfg.policy,
+        profile=cfg.profiles.get(call["name"]),
+        rng=cfg.rng,
+        repairs=record.get("repairs", 0),
+        llm_calls=int(step.task.get("llm_calls") or 0),
+        can_repair=cfg.can_repair,
+        idempotent=True,  # every side effect runs under a key (effect_ledger)
+    )
+    if decision.route == "retry" and not cfg.withdraw(call["name"], now):
+        decision = Decision("agent", exhausted="retry_budget")
+    unreported = step.unreported.pop(call["id"] or "", None)
+    if unreported is not None and decision.route != "retry":
+        step.reports.append(unreported)  # the call leaves this tool: one outcome
+    if _fall_back(cfg, step, slot, record, error, decision=decision):
+        return
+    _carry_out(cfg, step, slot, record, error, decision=decision, now=now)
+
+
+def _partial(
+    cfg: ToolSettings, call: ToolCall, message: ToolMessage | None
+) -> PartialResult | None:
+    """The `PartialResult` a batch tool answered with, or None."""
+    profile = cfg.profiles.get(call["name"])
+    if message is None or profile is None or profile.batch_arg is None:
+        return None
+    return as_partial_result(message.content)
+
+
+def _settle_partial(
+    cfg: ToolSettings,
+    step: Step,
+    slot: str,
+    call: ToolCall,
+    record: CallRecord,
+    *,
+    message: ToolMessage,
+    partial: PartialResult,
+    now: float,
+) -> None:
+    """Some items of a batch failed: redo only those (PARTIAL), each keeping its
+    first key; what succeeded is kept for the call's final answer."""
+    batch_arg = cfg.profiles[call["name"]].batch_arg or ""
+    items = call["args"].get(batch_arg)
+    keys = message.response_metadata.pop("resilience_item_keys", None)
+    try:
+        if not isinstance(items, list):
+            raise ValueError(f"the batch argument {batch_arg!r} is not a list")
+        redo = failed_items(items, partial, call_key="")
+    except ValueError as exc:  # the tool's partial result does not match its batch
+        profile = cfg.profiles.get(call["name"])
+        envelope = classified(exc, tool=call["name"], profile=profile, rules=cfg.rules)
+        _settle_failure(cfg, step, slot, call, record, raised=Raised(exc, envelope), now=now)
+        return
+    done = [*record.get("done_items", []), *partial.succeeded]
+    error = ToolError(
+        type="PartialResult",
+        failure_class=FailureClass.PARTIAL,
+        message=redact(
+            f"{len(redo)} of {len(items)} items failed: "
+            + "; ".join(f.error for f in partial.failed[:3])
+        ),
+        suggested_action="retry",
+        retriable=True,
+        tool=call["name"],
+        call_id=call["id"],
+        attempt=tool_attempts(record),
+        context={"failed": [r.item for r in redo], "succeeded": done},
+    )
+    record["error"] = error.model_dump(mode="json")
+    record["done_items"] = done
+    record["args"] = {**call["args"], batch_arg: [r.item for r in redo]}
+    record["key"] = call_key(call["name"], record["args"], noise_fields=cfg.policy.noise_fields)
+    if keys is not None and len(keys) == len(items):
+        record["item_keys"] = [keys[r.index] for r in redo]
+    step.count("partial")
+    emit(
+        Event(
+            "attempt",
+            tool=call["name"],
+            call_id=call["id"],
+            attempt=tool_attempts(record),
+            ok=False,
+            failure_class=FailureClass.PARTIAL.value,
+            failed=len(redo),
+            items=len(items),
+        )
+    )
+    _decide(cfg, step, slot, call, record, error=error, now=now)
+
+
+def _fall_back(
+    cfg: ToolSettings,
+    step: Step,
+    slot: str,
+    record: CallRecord,
+    error: ToolError,
+    *,
+    decision: Decision,
+) -> bool:
+    """Hand a call whose tool is out (open breaker, STRUCTURAL, retries spent) to the
+    next fallback whose breaker is not open; never back to a tool already tried."""
+    out = error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
+        "max_attempts",
+        "deadline",
+        "retry_after",
+        "retry_budget",
+    )
+    if decision.route != "agent" or not out:
+        return False
+    tried = [*record.get("tried", []), record["tool"]]
+    gone = {**(step.ledger.get("gone") or {}), **step.gone}
+    candidates = cfg.fallbacks(tried[0], tried, gone, cfg.clock.time())
+    if not candidates:
+        return False
+    fallback = candidates[0]
+    chain = cfg.profiles[tried[0]]
+    origin = record.get("origin_args") or record.get("args", {})
+    args = dict(origin)
+    if chain.fallback_args is not None:
+        args = chain.fallback_args(fallback, dict(origin))
+    record["origin_args"] = origin
+    record["tried"] = tried
+    record["served_by"] = fallback
+    record["fallback_at"] = record["attempts"]  # the fallback's own attempts start here
+    record["tried_errors"] = [*record.get("tried_errors", []), error.model_dump(mode="json")]
+    record["args"] = args
+    record["status"] = "scheduled"
+    record["due"] = None
+    record["key"] = call_key(fallback, args, noise_fields=cfg.policy.noise_fields)
+    step.calls[slot] = record
+    step.count("fallback")
+    failure = error.failure_class.value
+    emit(
+        Event(
+            "fallback",
+            tool=record["tool"],
+            to=fallback,
+            call_id=record.get("call_id"),
+            failure_class=failure,
+        )
+    )
+    return True
+
+
+def _note_reroute(step: Step, record: CallRecord, rerouted: tuple[str, dict[str, Any]]) -> None:
+    """Record a call sent straight to a fallback as served by it, like `_fall_back`."""
+    primary, origin = rerouted
+    record["served_by"] = record["tool"]
+    record["tried"] = [primary]
+    record["origin_args"] = origin
+    step.count("fallback")
+    emit(
+        Event(
+            "fallback",
+            tool=primary,
+            to=record["tool"],
+            call_id=record.get("call_id"),
+            failure_class=FailureClass.STRUCTURAL.value,
+            remembered=True,
+        )
+    )
+
+
+def _carry_out(
+    cfg: ToolSettings,
+    step: Step,
+    slot: str,
+    record: CallRecord,
+    error: ToolError,
+    *,
+    decision: Decision,
+    now: float,
+) -> None:
+    """Apply a decision to a call's record: wait, repair, replan, escalate or answer."""
+    tool = record["tool"]
+    call_id = record.get("call_id") or error.call_id or ""
+    decision = unrecovered(
+        error,
+        decision,
+        can_replan=cfg.can_replan,
+        can_escalate=cfg.can_escalate,
+        in_plan=call_id.startswith(PLAN_CALL_PREFIX),
+    )
+    step.calls[slot] = record
+    if decision.route in ("replan", "escalate"):
+        step.count(f"{decision.route}_needed")
+        failure = error.failure_class.value
+        emit(
+            Event(
+                f"{decision.route}_needed",
+                tool=tool,
+                call_id=call_id,
+                failure_class=failure,
+                exhausted=decision.exhausted,
+            )
+        )
+        record["status"] = decision.route
+        if decision.exhausted is not None:
+            context = {**error.context, "exhausted": decision.exhausted}
+            record["error"] = error.model_copy(update={"context": context}).model_dump(mode="json")
+    elif decision.route == "retry":
+        step.count("retry_scheduled")
+        attempt, delay = tool_attempts(record), round(decision.delay, 6)
+        emit(Event("retry_scheduled", tool=tool, call_id=call_id, attempt=attempt, delay=delay))
+        record["status"] = "scheduled"
+        record["due"] = now + decision.delay
+    elif decision.route == "repair":
+        step.count("repair_needed")
+        record["status"] = "repair"
+    else:
+        _give_up(step, record, error, decision)
+
+
+def _give_up(step: Step, record: CallRecord, error: ToolError, decision: Decision) -> None:
+    """Answer the call with its envelope: the agent decides what to do next."""
+    step.count("gave_up")
+    emit(
+        Event(
+            "gave_up",
+            tool=record["tool"],
+            call_id=record.get("call_id") or error.call_id,
+            attempt=tool_attempts(record),
+            failure_class=error.failure_class.value,
+            exhausted=decision.exhausted,
+        )
+    )
+    record["status"] = "failed"
+    record["due"] = None
+    loop_key = record.get("loop_key")
+    if loop_key:  # the agent may re-issue a call whose failure it was handed
+        step.seen[loop_key] = step.seen.get(loop_key, 0) - 1
+        step.failed[loop_key] = step.failed.get(loop_key, 0) + 1
+    unknown = error.context.get("idempotency_key") or record.get("effect_key")
+    if error.failure_class is FailureClass.UNKNOWN and unknown:
+        step.informed[str(unknown)] = str(step.task.get("id", ""))
+    step.messages.append(error_message(error, exhausted=decision.exhausted))
+
+
+def _end_waits_past_budget(cfg: ToolSettings, step: Step, state: Any, now: float) -> None:
+    """Once the task budget is spent, calls still waiting for a retry would only
+    wait to be refused: settle them now instead of sleeping first."""
+    if step.task_attempts < cfg.policy.max_tool_attempts:
+        return
+    calls = step.ledger.get("calls") or {}
+    for entry in current_calls(state, cfg.messages_key):
+        record = step.calls.get(entry.slot) or calls.get(entry.slot)
+        if record is None or record["status"] != "scheduled" or record["error"] is None:
+            continue
+        error = ToolError.model_validate(record["error"])
+        decision = Decision("agent", exhausted="max_tool_attempts")
+        _carry_out(cfg, step, entry.slot, dict(record), error, decision=decision, now=now)  # type: ignore[arg-type]
+
+
+def _settle_preflight(
+    cfg: ToolSettings, step: Step, item: Preflight, calls: Mapping[str, CallRecord]
+) -> None:
+    """Answer a call that was not run (unknown tool, loop, spent budget, bad JSON),
+    or send unparseable arguments to reflection repair."""
+    error, slot = item.error, item.slot
+    if item.repairable and error.call_id:
+        decision = decide_repair(
+            error,
+            repairs=0,
+            llm_calls=int(step.task.get("llm_calls") or 0),
+            policy=cfg.policy,
+            profile=cfg.profiles.get(error.tool or ""),
+            can_repair=cfg.can_repair,
+        )
+        if decision.route == "repair":
+            step.count("repair_needed")
+            step.calls[slot] = {
+                "tool": error.tool or "",
+                "key": "",
+                "attempts": 0,
+                "status": "repair",
+                "due": None,
+                "error": error.model_dump(mode="json"),
+                "call_id": error.call_id,
+                "args": {},
+            }
+            return
+        item.exhausted = decision.exhausted
+    onward = unrecovered(
+        error,
+        Decision("agent", exhausted=item.exhausted),
+        can_replan=cfg.can_replan,
+        can_escalate=cfg.can_escalate,
+        in_plan=(error.call_id or "").startswith(PLAN_CALL_PREFIX),
+    )
+    if item.exhausted == "loop":
+        step.count("loop_detected")
+        count = error.context.get("count")
+        emit(
+            Event(
+                "loop_detected",
+                tool=error.tool,
+                call_id=error.call_id,
+                call_key=item.key,
+                count=count,
+            )
+        )
+    _answer_preflight(step, item, calls, onward)
+
+
+def _answer_preflight(
+    step: Step, item: Preflight, calls: Mapping[str, CallRecord], onward: Decision
+) -> None:
+    """A call answered without running: to a replan or a human, else its envelope."""
+    error, slot = item.error, item.slot
+    previous = calls.get(slot)
+    answered: CallRecord = {
+        **(previous or {}),  # type: ignore[typeddict-item]
+        "tool": error.tool or "",
+        "key": item.key or (previous["key"] if previous else ""),
+        "attempts": previous["attempts"] if previous else 0,
+        "status": "failed",
+        "due": None,
+        "error": error.model_dump(mode="json"),
+        "call_id": error.call_id or "",
+    }
+    if onward.route in ("replan", "escalate") and error.call_id:
+        step.count(f"{onward.route}_needed")
+        step.calls[slot] = {**answered, "status": onward.route}
+        return
+    step.count("gave_up")
+    emit(
+        Event(
+            "gave_up",
+            tool=error.tool,
+            call_id=error.call_id,
+            attempt=error.attempt,
+            failure_class=error.failure_class.value,
+            exhausted=item.exhausted,
+        )
+    )
+    if error.call_id:
+        step.calls[slot] = answered
+    step.messages.append(error_message(error, exhausted=item.exhausted))
+
+
+def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
+    """The ledger delta of one tools step."""
+    seen = dict(batch.seen)
+    for name, count in step.seen.items():
+        seen[name] = seen.get(name, 0) + count
+    task_delta: TaskLedger = {
+        "id": batch.task.get("id", ""),
+        "tool_attempts": executed,
+        "seen": seen,
+        "failed": step.failed,
+        "recent": batch.recent,
+    }
+    if batch.task.get("started_at") is None and executed:
+        task_delta["started_at"] = batch.now
+    delta: Ledger = {
+        "calls": step.calls,
+        "task": task_delta,
+        "tool_attempts": executed,
+        "events": step.events,
+    }
+    if step.gone:
+        delta["gone"] = step.gone
+    if step.informed:
+        delta["informed"] = step.informed
+    return delta
+
+
+def _record(
+    call: ToolCall,
+    key: str,
+    *,
+    attempts: int,
+    previous: CallRecord | None,
+    coercions: list[str] | None,
+) -> CallRecord:
+    """The call's record after one more execution; status and error are set by the caller.
+    An ok record keeps the last failure it recovered from, for audit."""
+    record: CallRecord = {
+        **(previous or {}),  # type: ignore[typeddict-item]
+        "tool": call["name"],
+        "key": key,
+        "attempts": attempts,
+        "status": "scheduled",
+        "due": None,
+        "error": previous["error"] if previous else None,
+        "call_id": call["id"] or "",
+        "args": dict(call["args"]),
+    }
+    if coercions:
+        record["coercions"] = [*(record.get("coercions") or []), *coercions]
+    return record
