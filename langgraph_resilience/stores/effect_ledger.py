@@ -31,27 +31,29 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import ConfigurationError
-from langgraph_resilience.stores.ledger import (
+from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
+from langgraph_resilience.stores.postgres import (
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
-    IdempotencyStore,
-    InMemoryIdempotencyStore,
-    InMemorySagaLog,
     PostgresIdempotencyStore,
     PostgresSagaLog,
-    SagaLog,
-    SqliteIdempotencyStore,
-    SqliteSagaLog,
 )
+from langgraph_resilience.stores.saga import InMemorySagaLog
+from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore, SqliteSagaLog, sqlite_connect
 
 __all__ = [
     "EffectLedger",
     "LedgerResolver",
     "attach_ledger",
     "run_checkpointer",
-    "sqlite_connect",
+    "sqlite_connect",  # transition shim: it lives in stores.sqlite now
 ]
+
+_NEVER_SLEEPS = SystemClock()
 
 _CHECKPOINTER_KEY = "__pregel_checkpointer"
 """Where LangGraph puts the checkpointer of a run in its config (`CONFIG_KEY_CHECKPOINTER`
@@ -108,33 +110,9 @@ class LedgerResolver:
             ledger.saga if saga is None else saga,
         )
 
-    def resolve(self, config: RunnableConfig) -> EffectLedger | None:
-        """The ledger for a sync run (None when no tool has side effects)."""
-        if not self.needed:
-            return None
-        explicit = self._explicit()
-        if explicit is not None:
-            return explicit
-        checkpointer = run_checkpointer(config)
-        if checkpointer is None:
-            return self._local
-        with self._lock:
-            found = self._chosen.get(checkpointer)
-            if found is None:
-                found, setup = self._choose(checkpointer)
-                if setup:
-                    if isinstance(checkpointer, AsyncPostgresSaver):
-                        raise ConfigurationError(
-                            "the graph runs on an AsyncPostgresSaver: run it with "
-                            "ainvoke/astream, or pass idempotency= and saga= to add_resilience"
-                        )
-                    for part in (found.idempotency, found.saga):
-                        part.setup()  # type: ignore[union-attr]
-                self._chosen[checkpointer] = found
-        return found
-
-    async def aresolve(self, config: RunnableConfig) -> EffectLedger | None:
-        """The ledger for an async run (None when no tool has side effects)."""
+    def _resolving(self, config: RunnableConfig, *, on_loop: bool) -> Flow[EffectLedger | None]:
+        """The run's ledger, its tables set up on first use (``yield Call(part.setup)``,
+        awaited under `adrive`): `resolve` and `aresolve` drive this one flow."""
         if not self.needed:
             return None
         explicit = self._explicit()
@@ -147,12 +125,25 @@ class LedgerResolver:
         if found is None:
             found, setup = self._choose(checkpointer)
             if setup:
-                for part in (found.idempotency, found.saga):
-                    done = part.setup()  # type: ignore[union-attr]
-                    if done is not None:
-                        await done
-            self._chosen.setdefault(checkpointer, found)
+                if not on_loop and isinstance(checkpointer, AsyncPostgresSaver):
+                    raise ConfigurationError(
+                        "the graph runs on an AsyncPostgresSaver: run it with "
+                        "ainvoke/astream, or pass idempotency= and saga= to add_resilience"
+                    )
+                parts: tuple[Any, ...] = (found.idempotency, found.saga)  # the built ones
+                for part in parts:
+                    yield Call(part.setup)
+            found = self._chosen.setdefault(checkpointer, found)
         return found
+
+    def resolve(self, config: RunnableConfig) -> EffectLedger | None:
+        """The ledger for a sync run (None when no tool has side effects)."""
+        with self._lock:
+            return drive(self._resolving(config, on_loop=False), _NEVER_SLEEPS)
+
+    async def aresolve(self, config: RunnableConfig) -> EffectLedger | None:
+        """The ledger for an async run (None when no tool has side effects)."""
+        return await adrive(self._resolving(config, on_loop=True), _NEVER_SLEEPS)
 
     def _choose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
         """The ledger for `checkpointer`, and whether its tables still need ``setup()``."""
@@ -202,10 +193,3 @@ def _sqlite_file(conn: sqlite3.Connection) -> str:
         if name == "main":
             return str(file or "")
     return ""
-
-
-def sqlite_connect(path: str) -> sqlite3.Connection:
-    """A connection of our own to a SQLite state file: autocommit, WAL, shared by threads."""
-    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
-    conn.execute("PRAGMA journal_mode=WAL")
-    return conn

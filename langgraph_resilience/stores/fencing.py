@@ -20,11 +20,10 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
@@ -93,46 +92,26 @@ async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None
 class FencedPostgresSaver(PostgresSaver):
     """LangGraph's `PostgresSaver`, refusing to write a thread whose lock this run lost."""
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
+    def put(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> RunnableConfig:
+        """`PostgresSaver.put`, after `check_fence`."""
         check_fence(config)
-        return super().put(config, checkpoint, metadata, new_versions)
+        return super().put(config, *args, **kwargs)
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
+    def put_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
+        """`PostgresSaver.put_writes`, after `check_fence`."""
         check_fence(config)
-        super().put_writes(config, writes, task_id, task_path)
+        super().put_writes(config, *args, **kwargs)
 
 
 class AsyncFencedPostgresSaver(AsyncPostgresSaver):
     """LangGraph's `AsyncPostgresSaver`, refusing to write a thread whose lock was lost."""
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
+    async def aput(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> RunnableConfig:
+        """`AsyncPostgresSaver.aput`, after `acheck_fence`."""
         await acheck_fence(config)
-        return await super().aput(config, checkpoint, metadata, new_versions)
+        return await super().aput(config, *args, **kwargs)
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
+    async def aput_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
+        """`AsyncPostgresSaver.aput_writes`, after `acheck_fence`."""
         await acheck_fence(config)
-        await super().aput_writes(config, writes, task_id, task_path)
+        await super().aput_writes(config, *args, **kwargs)

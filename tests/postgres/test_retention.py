@@ -80,7 +80,7 @@ def test_purge_keeps_pending_and_recent_rows(pg_dsn: str) -> None:
 
 def test_purge_works_in_batches(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """More old rows than a batch: all go, one short statement per batch."""
-    monkeypatch.setattr("langgraph_resilience.stores.ledger._PURGE_BATCH", 4)
+    monkeypatch.setattr("langgraph_resilience.stores.sql._PURGE_BATCH", 4)
     keys = [f"k{n}" for n in range(10)]
     with ConnectionPool(pg_dsn, kwargs=POSTGRES_CONNECTION_KWARGS, min_size=1, max_size=2) as pool:
         store = PostgresIdempotencyStore(pool)

@@ -174,7 +174,7 @@ def test_sqlite_purge_deletes_in_batches(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More old records than one batch: every one goes, in several short statements."""
-    monkeypatch.setattr("langgraph_resilience.stores.ledger._PURGE_BATCH", 3)
+    monkeypatch.setattr("langgraph_resilience.stores.sql._PURGE_BATCH", 3)
     clock = FakeClock()
     conn = sqlite3.connect(tmp_path / "l.sqlite", isolation_level=None, check_same_thread=False)
     store = SqliteIdempotencyStore(conn, clock=clock)

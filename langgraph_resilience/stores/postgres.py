@@ -1,0 +1,626 @@
+"""PostgreSQL: the one plumbing every Postgres store shares, and the ledger's tables.
+
+`Postgres` wraps a psycopg pool or connection, sync or async, under one contract
+(autocommit connections, as LangGraph's `PostgresSaver` needs; a single connection
+is used by one caller at a time; a failed script leaves no transaction open). Its
+work is written once, as `~langgraph_resilience.core.flow` flows over a cursor
+(``yield Call(cur.execute, None, (sql, params))``): `Postgres.run` drives one with
+`drive` on a sync connection, `Postgres.arun` with `adrive` on an async one (which
+awaits the async cursor's coroutines), and each forwards to the other mode when
+called across it (a sync store's async twin runs in a worker thread; an async
+store's sync twin runs on the store's event loop, from another thread).
+
+On it: the idempotency ledger (table ``lgr_idempotency``) and the saga log
+(``lgr_saga``), whose logic is `langgraph_resilience.stores.sql`'s, and the
+breaker and retry-budget tables (`langgraph_resilience.stores.breakers`,
+`langgraph_resilience.stores.budgets`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import re
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
+from typing import Any, TypeAlias, TypeVar
+
+import psycopg
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+from psycopg.rows import RowFactory, dict_row, tuple_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.effects import IdempotencyRecord, SagaEntry
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.core.redaction import redact
+from langgraph_resilience.errors import ConfigurationError, ResilienceError
+from langgraph_resilience.stores.saga import SAGA_COLUMNS, SagaDialect, SqlSagaLog
+from langgraph_resilience.stores.sql import (
+    COLUMNS,
+    LedgerDialect,
+    SqlIdempotencyStore,
+)
+
+__all__ = [
+    "IDEMPOTENCY_TABLE",
+    "POSTGRES_CONNECTION_KWARGS",
+    "SAGA_TABLE",
+    "AsyncConn",
+    "AsyncPostgresIdempotencyStore",
+    "AsyncPostgresSagaLog",
+    "JsonTable",
+    "PersistenceError",
+    "Postgres",
+    "PostgresIdempotencyStore",
+    "PostgresSagaLog",
+    "SyncConn",
+]
+
+T = TypeVar("T")
+
+SyncConn: TypeAlias = "psycopg.Connection[Any] | ConnectionPool[Any]"
+AsyncConn: TypeAlias = "psycopg.AsyncConnection[Any] | AsyncConnectionPool[Any]"
+Work: TypeAlias = Callable[..., Flow[T]]
+"""A flow over one cursor: ``work(cursor, *args)``."""
+
+POSTGRES_CONNECTION_KWARGS: dict[str, Any] = {
+    "autocommit": True,
+    "prepare_threshold": 0,
+    "row_factory": dict_row,
+}
+"""What LangGraph's Postgres saver and store require of every connection."""
+
+_NEVER_SLEEPS = SystemClock()
+
+
+class PersistenceError(ResilienceError):
+    """The checkpointer or store could not be opened; the message names the target
+    with any password redacted."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a driver's error, redacted (its text may quote the DSN)."""
+    lines = redact(str(exc)).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def connect_error(shown: str, exc: BaseException) -> PersistenceError:
+    """The error of a failed connection to the (redacted) DSN `shown`."""
+    return PersistenceError(f"cannot connect to PostgreSQL at {shown}: {first_line(exc)}")
+
+
+def require_autocommit(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """The one connection rule of every Postgres store (ConfigurationError otherwise)."""
+    if not conn.autocommit:
+        raise ConfigurationError(
+            "the store needs autocommit connections, as LangGraph's PostgresSaver "
+            "does: connect with autocommit=True or build the pool with "
+            "kwargs=langgraph_resilience.stores.postgres.POSTGRES_CONNECTION_KWARGS"
+        )
+
+
+def _cursor(conn: Any, row_factory: RowFactory[Any], client: bool) -> Any:
+    """A cursor on `conn` (sync or async): client-side binding when `client`, which
+    allows several statements with parameters in one round trip."""
+    if not client:
+        return conn.cursor(row_factory=row_factory)
+    if isinstance(conn, psycopg.AsyncConnection):
+        return psycopg.AsyncClientCursor(conn, row_factory=row_factory)
+    return psycopg.ClientCursor(conn, row_factory=row_factory)
+
+
+def fetch(cur: Any, query: Any, params: Any = None) -> Flow[list[Any]]:
+    """Run one statement; the rows it returned (none for a statement without rows)."""
+    yield Call(cur.execute, None, (query, params))
+    if cur.description is None:
+        return []
+    rows: list[Any] = yield Call(cur.fetchall)
+    return rows
+
+
+def _transaction(cur: Any, statements: Iterable[str]) -> Flow[None]:
+    """Run `statements` in one transaction, in one round trip (no parameters)."""
+    yield Call(cur.execute, None, ("BEGIN;\n" + ";\n".join(statements) + ";\nCOMMIT",))
+
+
+class Postgres:
+    """A psycopg pool or connection, sync or async: the plumbing of every Postgres store.
+
+    `run` / `arun` check a connection out (or take the single one's lock), open a
+    cursor and drive a flow over it; a flow that fails leaves no transaction open.
+    A pool's connections must be autocommit (checked at each checkout, a single
+    connection at construction).
+    """
+
+    def __init__(
+        self, conn: SyncConn | AsyncConn, *, owner: str, is_async: bool, twin: str | None = None
+    ) -> None:
+        kinds: tuple[type, ...] = (
+            (psycopg.AsyncConnection, AsyncConnectionPool)
+            if is_async
+            else (psycopg.Connection, ConnectionPool)
+        )
+        if not isinstance(conn, kinds):
+            twin = twin or (owner.removeprefix("Async") if is_async else f"Async{owner}")
+            names = " or ".join(kind.__name__ for kind in kinds)
+            other = "sync" if is_async else "async"
+            raise ConfigurationError(
+                f"{owner} takes a psycopg {names}; for {other} ones use {twin}"
+            )
+        if isinstance(conn, psycopg.Connection | psycopg.AsyncConnection):
+            require_autocommit(conn)
+        self.conn: Any = conn
+        self.owner = owner
+        self.is_async = is_async
+        self._lock: Any = asyncio.Lock() if is_async else threading.Lock()
+        """Serializes the users of a single shared connection."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The event loop of an async pool or connection (its sync twins run there)."""
+        if is_async:
+            with contextlib.suppress(RuntimeError):
+                self.loop = asyncio.get_running_loop()
+
+    # ----------------------------------------------------------- connections
+
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if isinstance(self.conn, ConnectionPool):
+            with self.conn.connection() as conn:
+                require_autocommit(conn)
+                yield conn
+        else:
+            with self._lock:
+                yield self.conn
+
+    @contextlib.asynccontextmanager
+    async def _aconnection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        if isinstance(self.conn, AsyncConnectionPool):
+            async with self.conn.connection() as conn:
+                require_autocommit(conn)
+                yield conn
+        else:
+            async with self._lock:
+                yield self.conn
+
+    def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run `coro` on the async store's loop from another thread (as LangGraph's
+        `AsyncPostgresSaver` does)."""
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if self.loop is None or running is self.loop:
+            coro.close()
+            raise asyncio.InvalidStateError(
+                f"synchronous calls to {self.owner} are only allowed from a thread other "
+                "than its event loop's, while that loop runs; use the async methods "
+                "(aclaim, aacquire, ...) instead"
+            )
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    # ----------------------------------------------------------- the drivers
+
+    def run(
+        self,
+        work: Work[T],
+        *args: Any,
+        row_factory: RowFactory[Any] = dict_row,
+        client: bool = False,
+    ) -> T:
+        """``work(cursor, *args)`` on a connection of this pool (sync)."""
+        if self.is_async:
+            return self._on_loop(self.arun(work, *args, row_factory=row_factory, client=client))
+        with self._connection() as conn, _cursor(conn, row_factory, client) as cur:
+            try:
+                return drive(work(cur, *args), _NEVER_SLEEPS)
+            except BaseException:
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    conn.rollback()
+                raise
+
+    async def arun(
+        self,
+        work: Work[T],
+        *args: Any,
+        row_factory: RowFactory[Any] = dict_row,
+        client: bool = False,
+    ) -> T:
+        """Async `run` (a sync pool's in a worker thread)."""
+        if not self.is_async:
+            return await asyncio.to_thread(
+                self.run, work, *args, row_factory=row_factory, client=client
+            )
+        async with self._aconnection() as conn, _cursor(conn, row_factory, client) as cur:
+            try:
+                return await adrive(work(cur, *args), _NEVER_SLEEPS)
+            except BaseException:
+                if conn.info.transaction_status != TransactionStatus.IDLE:
+                    await conn.rollback()
+                raise
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Run one statement (committed); its rows as dicts."""
+        return self.run(fetch, query, params)
+
+    async def arows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Async `rows`."""
+        return await self.arun(fetch, query, params)
+
+    def transaction(self, statements: Iterable[str]) -> None:
+        """Run `statements` (no parameters) in one transaction."""
+        self.run(_transaction, tuple(statements), client=True)
+
+    async def atransaction(self, statements: Iterable[str]) -> None:
+        """Async `transaction`."""
+        await self.arun(_transaction, tuple(statements), client=True)
+
+
+# ------------------------------------------------------------------ key -> jsonb tables
+
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+
+JsonChange: TypeAlias = Callable[[Any], tuple[T, dict[str, Any] | None]]
+"""A change of one row's JSON: (stored JSON or None) -> (result, JSON to write or None)."""
+
+
+def _table(name: str) -> sql.Identifier:
+    if not isinstance(name, str) or not _TABLE_NAME.match(name):
+        raise ConfigurationError(
+            f"table must be a plain SQL identifier, optionally schema-qualified "
+            f"(e.g. 'lgr_breakers' or 'ops.lgr_breakers'), got {name!r}"
+        )
+    return sql.Identifier(*name.split("."))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TableSql:
+    """The statements of one key -> jsonb table. Changes take the row lock in a
+    transaction that commits asynchronously (``synchronous_commit = off``): a
+    breaker's state is worth a lost millisecond after a server crash, not an
+    fsync per tool call. Statements are batched (client-side binding, one round
+    trip per batch) so a locked change costs two round trips."""
+
+    setup: sql.Composed
+    read: sql.Composed
+    peek: sql.Composed
+    lock: sql.Composed
+    write: sql.Composed
+    commit: sql.SQL
+
+    @classmethod
+    def for_table(cls, table: str) -> _TableSql:
+        ident = _table(table)
+        return cls(
+            setup=sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, state jsonb NOT NULL, "
+                "updated_at timestamptz NOT NULL DEFAULT now())"
+            ).format(ident),
+            read=sql.SQL("SELECT state FROM {} WHERE key = %s").format(ident),
+            peek=sql.SQL(
+                "SELECT state->>'status', state->'opened_at' FROM {} WHERE key = %s"
+            ).format(ident),
+            lock=sql.SQL(
+                "BEGIN; SET LOCAL synchronous_commit = off; "
+                "INSERT INTO {t} (key, state) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING; "
+                "SELECT state FROM {t} WHERE key = %s FOR UPDATE"
+            ).format(t=ident),
+            write=sql.SQL(
+                "UPDATE {} SET state = %s, updated_at = now() WHERE key = %s; COMMIT"
+            ).format(ident),
+            commit=sql.SQL("COMMIT"),
+        )
+
+
+def _fetch_one(cur: Any, query: Any, params: Any) -> Flow[tuple[Any, ...] | None]:
+    yield Call(cur.execute, None, (query, params))
+    row: tuple[Any, ...] | None = yield Call(cur.fetchone)
+    return row
+
+
+def _locked_change(
+    cur: Any, statements: _TableSql, key: str, default: dict[str, Any], change: JsonChange[T]
+) -> Flow[T]:
+    """Apply `change` to `key`'s row under its row lock, in one transaction (two trips)."""
+    yield Call(cur.execute, None, (statements.lock, (key, Jsonb(default), key)))
+    while cur.nextset():
+        pass
+    row = yield Call(cur.fetchone)
+    result, new = change(None if row is None else row[0])
+    if new is None:
+        yield Call(cur.execute, None, (statements.commit,))
+    else:
+        yield Call(cur.execute, None, (statements.write, (Jsonb(new), key)))
+    return result
+
+
+class JsonTable:
+    """A ``key -> jsonb`` table on `Postgres` (the breaker and retry-budget stores):
+    read a row's JSON, or change it atomically under the row's lock. Each operation
+    is one flow, run by `Postgres.run` (sync) or `Postgres.arun` (async)."""
+
+    def __init__(self, pg: Postgres, table: str, default: dict[str, Any]) -> None:
+        self.pg = pg
+        self.table = table
+        self.default = default
+        """The JSON a missing row starts from."""
+        self._sql = _TableSql.for_table(table)
+
+    def setup(self) -> None:
+        """Create the table if it does not exist."""
+        self.pg.run(fetch, self._sql.setup)
+
+    async def asetup(self) -> None:
+        """Async `setup`."""
+        await self.pg.arun(fetch, self._sql.setup)
+
+    def read(self, key: str) -> Any:
+        """The stored JSON of `key`, or None."""
+        row = self.pg.run(_fetch_one, self._sql.read, (key,), row_factory=tuple_row)
+        return None if row is None else row[0]
+
+    async def aread(self, key: str) -> Any:
+        """Async `read`."""
+        row = await self.pg.arun(_fetch_one, self._sql.read, (key,), row_factory=tuple_row)
+        return None if row is None else row[0]
+
+    def peek(self, key: str) -> tuple[Any, ...] | None:
+        """``(state->>'status', state->'opened_at')`` of `key`'s row, or None."""
+        return self.pg.run(_fetch_one, self._sql.peek, (key,), row_factory=tuple_row)
+
+    async def apeek(self, key: str) -> tuple[Any, ...] | None:
+        """Async `peek`."""
+        return await self.pg.arun(_fetch_one, self._sql.peek, (key,), row_factory=tuple_row)
+
+    def change(self, key: str, change: JsonChange[T]) -> T:
+        """Apply `change` to `key`'s row under its lock; its result."""
+        flow_args = (self._sql, key, self.default, change)
+        result: T = self.pg.run(_locked_change, *flow_args, row_factory=tuple_row, client=True)
+        return result
+
+    async def achange(self, key: str, change: JsonChange[T]) -> T:
+        """Async `change`."""
+        flow_args = (self._sql, key, self.default, change)
+        result: T = await self.pg.arun(
+            _locked_change, *flow_args, row_factory=tuple_row, client=True
+        )
+        return result
+
+
+# ------------------------------------------------------------------ the ledger's tables
+
+IDEMPOTENCY_TABLE = "lgr_idempotency"
+SAGA_TABLE = "lgr_saga"
+
+_SETUP_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-resilience:setup', 0))"
+
+_IDEMPOTENCY_DDL = (
+    _SETUP_LOCK,
+    """
+    CREATE TABLE IF NOT EXISTS lgr_idempotency (
+        key text PRIMARY KEY,
+        tool text,
+        thread_id text,
+        args jsonb,
+        status text NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'done', 'failed')),
+        result jsonb,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_thread_idx ON lgr_idempotency (thread_id)",
+    "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
+    # `purge`: completed rows by age. On a large table created by an earlier version,
+    # create it beforehand with CREATE INDEX CONCURRENTLY (same name) to avoid
+    # blocking writes while it builds; this statement is then a no-op.
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
+    "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
+)
+
+_SAGA_DDL = (
+    _SETUP_LOCK,
+    """
+    CREATE TABLE IF NOT EXISTS lgr_saga (
+        seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        thread_id text NOT NULL,
+        key text NOT NULL,
+        tool text NOT NULL,
+        action text NOT NULL,
+        status text NOT NULL,
+        detail jsonb,
+        at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS lgr_saga_thread_idx ON lgr_saga (thread_id, seq)",
+)
+
+_OUTCOME = f"""
+UPDATE lgr_idempotency
+SET status = %(status)s, result = %(result)s::jsonb, updated_at = now()
+{{commit_mode}}WHERE key = %(key)s AND status = 'pending'
+RETURNING {COLUMNS}
+"""
+
+# One batch of `purge`: completed rows older than the retention, oldest first, through
+# lgr_idempotency_completed_idx; locked rows (a concurrent purge) are skipped. A pending
+# row never qualifies, and the outer WHERE re-checks it on the row version it deletes.
+_PURGE = """
+WITH gone AS (
+    DELETE FROM lgr_idempotency
+    WHERE key IN (
+        SELECT key FROM lgr_idempotency
+        WHERE status IN ('done', 'failed')
+          AND updated_at < now() - make_interval(secs => %(seconds)s)
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )
+    AND status IN ('done', 'failed')
+    RETURNING 1
+)
+SELECT count(*) AS n FROM gone
+"""
+
+
+def _record_of(row: Mapping[str, Any]) -> IdempotencyRecord:
+    return IdempotencyRecord(**{name: row[name] for name in _RECORD_FIELDS})
+
+
+def _entry_of(row: Mapping[str, Any]) -> SagaEntry:
+    return SagaEntry(**{**{name: row[name] for name in _ENTRY_FIELDS}, "seq": int(row["seq"])})
+
+
+_RECORD_FIELDS = COLUMNS.split(", ")
+_ENTRY_FIELDS = SAGA_COLUMNS.split(", ")
+
+DIALECT = LedgerDialect(
+    # The intent: one durable round trip for a new key. A key that exists returns no
+    # row, and the claim script reads it (a second round trip, only on a replay).
+    intent=f"""
+        INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
+        VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING {COLUMNS}
+    """,
+    get=f"SELECT {COLUMNS} FROM lgr_idempotency WHERE key = %(key)s",
+    # The outcome of a pending intent; first outcome wins (a recorded one is never
+    # overwritten). The relaxed variant does not wait for its WAL flush:
+    # ``set_config(..., true)`` is transaction-local, so it applies to this one
+    # autocommit statement and never leaks into the pooled session.
+    outcome=_OUTCOME.format(commit_mode=""),
+    relaxed_outcome=_OUTCOME.format(
+        commit_mode="FROM (SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode\n"
+    ),
+    # An outcome for a key with no intent (never claimed, or released): inserted,
+    # unless another writer got there first.
+    outcome_insert=f"""
+        INSERT INTO lgr_idempotency (key, status, result)
+        VALUES (%(key)s, %(status)s, %(result)s::jsonb)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING {COLUMNS}
+    """,
+    unresolved=(
+        f"SELECT {COLUMNS} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
+        "AND fingerprint = %(fingerprint)s AND status = 'pending' ORDER BY created_at, key"
+    ),
+    for_thread=(
+        f"SELECT {COLUMNS} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
+        "ORDER BY created_at, key"
+    ),
+    release="DELETE FROM lgr_idempotency WHERE key = %(key)s AND status <> 'done' RETURNING key",
+    purge=_PURGE,
+    list_pending=(
+        f"SELECT {COLUMNS} FROM lgr_idempotency WHERE status = 'pending' "
+        "AND created_at <= now() - make_interval(secs => %(seconds)s) "
+        "ORDER BY created_at, key LIMIT %(limit)s"
+    ),
+    record_of=_record_of,
+    purged=lambda rows: int(rows[0]["n"]) if rows else 0,
+)
+"""The ledger's statements on PostgreSQL (the server's clock)."""
+
+SAGA_DIALECT = SagaDialect(
+    append=f"""
+        INSERT INTO lgr_saga (thread_id, key, tool, action, status, detail)
+        VALUES (%(thread_id)s, %(key)s, %(tool)s, %(action)s, %(status)s, %(detail)s::jsonb)
+        RETURNING {SAGA_COLUMNS}
+    """,
+    entries=(f"SELECT {SAGA_COLUMNS} FROM lgr_saga WHERE thread_id = %(thread_id)s ORDER BY seq"),
+    entry_of=_entry_of,
+)
+
+
+class _PostgresLedger(SqlIdempotencyStore):
+    _ASYNC = False
+
+    def __init__(self, conn: Any, *, sync_outcomes: bool = False) -> None:
+        self._pg = Postgres(conn, owner=type(self).__name__, is_async=self._ASYNC)
+        self.conn = conn
+        self.sync_outcomes = sync_outcomes
+        super().__init__(self._pg, DIALECT, relaxed=not sync_outcomes)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop of an async pool or connection (None for a sync one)."""
+        return self._pg.loop
+
+
+class PostgresIdempotencyStore(_PostgresLedger):
+    """The ledger in PostgreSQL table ``lgr_idempotency``, over a psycopg pool or connection.
+
+    Works with the pool configuration LangGraph's `PostgresSaver` needs
+    (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). Claiming a
+    new key is one ``INSERT ... ON CONFLICT DO NOTHING`` round trip, atomic across
+    workers (a replay reads the existing record: one more); an outcome is one
+    ``UPDATE``. Call `setup` once (``open_postgres`` does).
+    Async methods run the sync ones in a worker thread; inside an event loop
+    prefer `AsyncPostgresIdempotencyStore`.
+
+    The intent's commit always waits for its WAL flush: it must survive a server
+    crash before the effect starts. The outcome's commit does not, unless
+    ``sync_outcomes=True``: the next durable commit (the step's checkpoint, on
+    any connection) flushes it, and if the server crashes before that the
+    intent is simply ``pending`` again, so it is reconciled, never re-executed
+    blindly. That saves one disk flush per side-effecting call.
+    """
+
+    def __init__(self, conn: SyncConn, *, sync_outcomes: bool = False) -> None:
+        super().__init__(conn, sync_outcomes=sync_outcomes)
+
+    def setup(self) -> None:
+        """Create the table and its indexes if they do not exist."""
+        self._pg.transaction(_IDEMPOTENCY_DDL)
+
+
+class AsyncPostgresIdempotencyStore(_PostgresLedger):
+    """`PostgresIdempotencyStore` over a psycopg `AsyncConnectionPool` or `AsyncConnection`.
+
+    Sync methods are allowed from threads other than the store's event loop
+    only (they run on that loop), exactly like LangGraph's `AsyncPostgresSaver`.
+    Call ``await store.setup()`` once (``aopen_postgres`` does). Outcomes commit
+    as in `PostgresIdempotencyStore` (``sync_outcomes``).
+    """
+
+    _ASYNC = True
+
+    def __init__(self, conn: AsyncConn, *, sync_outcomes: bool = False) -> None:
+        super().__init__(conn, sync_outcomes=sync_outcomes)
+
+    async def setup(self) -> None:
+        """Create the table and its indexes if they do not exist."""
+        await self._pg.atransaction(_IDEMPOTENCY_DDL)
+
+
+class PostgresSagaLog(SqlSagaLog):
+    """The saga log in PostgreSQL table ``lgr_saga`` (append-only: no update, no delete).
+    Its async methods run the sync ones in a worker thread."""
+
+    def __init__(self, conn: SyncConn) -> None:
+        self._pg = Postgres(conn, owner=type(self).__name__, is_async=False)
+        self.conn = conn
+        super().__init__(self._pg, SAGA_DIALECT)
+
+    def setup(self) -> None:
+        """Create the table and its index if they do not exist."""
+        self._pg.transaction(_SAGA_DDL)
+
+
+class AsyncPostgresSagaLog(SqlSagaLog):
+    """`PostgresSagaLog` over a psycopg `AsyncConnectionPool` or `AsyncConnection`."""
+
+    def __init__(self, conn: AsyncConn) -> None:
+        self._pg = Postgres(conn, owner=type(self).__name__, is_async=True)
+        self.conn = conn
+        super().__init__(self._pg, SAGA_DIALECT)
+
+    async def setup(self) -> None:
+        """Create the table and its index if they do not exist."""
+        await self._pg.atransaction(_SAGA_DDL)
