@@ -13,21 +13,34 @@ sees the whole story in its message history and answers.
 A rejected plan goes back to the planner with the verifier's reasons while the
 replan budget (``policy.max_replans``) lasts; then the call escalates to a
 human (when escalation is on) or returns to the agent with its envelope.
+
+The planner's one model call is a `core.flow` flow, so its sync and async bodies
+differ only in ``invoke``/``ainvoke``; the executor does no I/O at all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolCall,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel
 
 from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.plan import (
     Plan,
     PlanError,
@@ -45,18 +58,8 @@ from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph import state as ledger_state
 from langgraph_resilience.graph.router import Next, next_step
-from langgraph_resilience.graph.state import (
-    PLAN_CALL_PREFIX,
-    CallRecord,
-    Ledger,
-    TaskLedger,
-    current_slots,
-    current_task,
-    read_ledger,
-    read_messages,
-    task_view,
-)
 from langgraph_resilience.graph.tools import error_message
 
 __all__ = ["PLANNER_NAME", "PlanExecutorNode", "PlannerNode", "route_after_executor"]
@@ -68,11 +71,41 @@ BreakerStates = Callable[[], Mapping[str, str]]
 """Returns each tool's breaker state (closed / open / half_open) when breakers are on."""
 
 _GOAL_MESSAGES = 5
+_NO_SLEEP = SystemClock()  # the planner's flow never sleeps; the drivers want a clock
 
 
 def _goal(messages: list[AnyMessage]) -> str:
     asks = [m.text for m in messages if isinstance(m, HumanMessage)][-_GOAL_MESSAGES:]
     return "\n".join(asks) or "(no user message)"
+
+
+def _envelopes(records: Collection[ledger_state.CallRecord]) -> list[ToolError]:
+    """Every envelope of `records`: the tools each call tried, then its last error."""
+    return [
+        ToolError.model_validate(envelope)
+        for record in records
+        for envelope in [*record.get("tried_errors", []), record["error"]]
+        if envelope
+    ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Replan:
+    """What the planner read from the ledger: the calls waiting for a plan, the task's
+    spending so far, what a plan must avoid, and the request for the model."""
+
+    waiting: dict[str, ledger_state.CallRecord]
+    task_id: str
+    replans: int
+    llm_calls: int
+    plan_id: int
+    """The next plan's id: lifetime, so plan ids never repeat."""
+    failures: list[ToolError]
+    structural: set[str]
+    failed_calls: set[str]
+    done_effects: set[str]
+    open: set[str]
+    request: list[BaseMessage]
 
 
 class PlannerNode:
@@ -97,42 +130,30 @@ class PlannerNode:
         self.breaker_states = breaker_states
         self.messages_key = messages_key
 
-    def _context(self, state: Any) -> dict[str, Any]:
-        ledger = read_ledger(state)
+    def _read(self, state: Any) -> _Replan | None:
+        """The replan to ask for, or None when no call of the turn waits for one."""
+        ledger = ledger_state.read_ledger(state)
         calls = ledger.get("calls") or {}
         waiting = {
             slot: calls[slot]
-            for slot in current_slots(state, self.messages_key)
+            for slot in ledger_state.current_slots(state, self.messages_key)
             if slot in calls and calls[slot]["status"] == "replan"
         }
-        failures = [
-            ToolError.model_validate(envelope)
-            for record in waiting.values()
-            for envelope in [*record.get("tried_errors", []), record["error"]]
-            if envelope
-        ]
-        history = [
-            ToolError.model_validate(envelope)
-            for record in calls.values()
-            for envelope in [*record.get("tried_errors", []), record["error"]]
-            if envelope
-        ]
+        if not waiting:
+            return None
+        messages = ledger_state.read_messages(state, self.messages_key)
+        task = ledger_state.task_view(ledger, ledger_state.current_task(messages))
+        failures = _envelopes(waiting.values())
         structural = {
-            e.tool for e in history if e.tool and e.failure_class is FailureClass.STRUCTURAL
-        }
-        failed_calls = {
-            r["key"] for r in calls.values() if r["status"] != "ok" and r["error"] and r["key"]
-        }
-        done_effects = {
-            r["key"]
-            for r in calls.values()
-            if r["status"] == "ok" and r["key"] and r["tool"] in self.side_effects
+            e.tool
+            for e in _envelopes(calls.values())
+            if e.tool and e.failure_class is FailureClass.STRUCTURAL
         }
         states = dict(self.breaker_states()) if self.breaker_states else {}
         previous = ledger.get("plan")
         rejected = previous if previous and previous.get("status") == "rejected" else None
         request = format_plan_request(
-            goal=_goal(read_messages(state, self.messages_key)),
+            goal=_goal(messages),
             failures=failures,
             tools=list(self.tools_by_name.values()),
             breaker_states=states,
@@ -147,49 +168,51 @@ class PlannerNode:
                 for slot, record in waiting.items()
             },
         )
-        messages = read_messages(state, self.messages_key)
-        return {
-            "ledger": ledger,
-            "task": task_view(ledger, current_task(messages)),
-            "waiting": waiting,
-            "failures": failures,
-            "structural": structural,
-            "failed_calls": failed_calls,
-            "done_effects": done_effects,
-            "open": {tool for tool, s in states.items() if s == "open"},
-            "request": request,
-        }
+        return _Replan(
+            waiting=waiting,
+            task_id=task.get("id", ""),
+            replans=int(task.get("replans") or 0),
+            llm_calls=int(task.get("llm_calls") or 0),
+            plan_id=int(ledger.get("replans") or 0) + 1,
+            failures=failures,
+            structural=structural,
+            failed_calls={
+                r["key"] for r in calls.values() if r["status"] != "ok" and r["error"] and r["key"]
+            },
+            done_effects={
+                r["key"]
+                for r in calls.values()
+                if r["status"] == "ok" and r["key"] and r["tool"] in self.side_effects
+            },
+            open={tool for tool, s in states.items() if s == "open"},
+            request=request,
+        )
 
-    def _structured(self) -> Any:
-        return self.model.with_structured_output(Plan, method="function_calling")
+    def _flow(self, state: Any, config: RunnableConfig) -> Flow[dict[str, Any]]:
+        """Read the ledger, ask the model once (an error is a rejected plan), settle."""
+        replan = self._read(state)
+        if replan is None:
+            return {}
+        structured = self.model.with_structured_output(Plan, method="function_calling")
+        try:
+            reply: Any = yield Call(
+                structured.invoke, structured.ainvoke, args=(replan.request, config)
+            )
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            reply = exc
+        return self._settle(replan, reply)
 
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Sync body of the node."""
-        context = self._context(state)
-        if not context["waiting"]:
-            return {}
-        try:
-            reply: Any = self._structured().invoke(context["request"], config)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            reply = exc
-        return self._settle(context, reply)
+        return drive(self._flow(state, config), _NO_SLEEP)
 
     async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Async body of the node."""
-        context = self._context(state)
-        if not context["waiting"]:
-            return {}
-        try:
-            reply: Any = await self._structured().ainvoke(context["request"], config)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            reply = exc
-        return self._settle(context, reply)
+        return await adrive(self._flow(state, config), _NO_SLEEP)
 
-    def _verdict(self, context: dict[str, Any], reply: Any) -> tuple[Plan | None, PlanVerdict]:
+    def _verdict(self, replan: _Replan, reply: Any) -> tuple[Plan | None, PlanVerdict]:
         if not isinstance(reply, Plan):
             detail = (
                 classify(reply).message
@@ -203,77 +226,92 @@ class PlannerNode:
         verdict = verify(
             reply,
             known_tools={name: _schema(tool) for name, tool in self.tools_by_name.items()},
-            open_breakers=context["open"],
-            structurally_failed=context["structural"],
-            failed_calls=context["failed_calls"],
-            done_effects=context["done_effects"],
-            failures=context["failures"],
+            open_breakers=replan.open,
+            structurally_failed=replan.structural,
+            failed_calls=replan.failed_calls,
+            done_effects=replan.done_effects,
+            failures=replan.failures,
             max_steps=self.policy.max_plan_steps,
             noise_fields=self.policy.noise_fields,
         )
         return reply, verdict
 
-    def _settle(self, context: dict[str, Any], reply: Any) -> dict[str, Any]:
-        ledger: Ledger = context["ledger"]
-        task: TaskLedger = context["task"]
-        waiting: dict[str, CallRecord] = context["waiting"]
-        plan, verdict = self._verdict(context, reply)
-        plan_id = int(ledger.get("replans") or 0) + 1  # lifetime: plan ids never repeat
-        replans = int(task.get("replans") or 0) + 1
+    def _settle(self, replan: _Replan, reply: Any) -> dict[str, Any]:
+        """The ledger delta and the messages of one planner answer."""
+        plan, verdict = self._verdict(replan, reply)
         emit(
             Event(
                 "plan_verdict",
                 accepted=verdict.accepted,
                 reasons=sorted(verdict.codes),
                 steps=[s.tool for s in plan.steps] if plan else [],
-                replan=replans,
+                replan=replan.replans + 1,
             )
         )
-        delta: Ledger = {
+        if verdict.accepted and plan is not None:
+            record, calls, messages = _accept(replan, plan)
+        else:
+            record, calls, messages = self._reject(replan, plan, verdict)
+        delta: ledger_state.Ledger = {
             "replans": 1,
             "llm_calls": 1,
-            "task": {"id": task.get("id", ""), "replans": 1, "llm_calls": 1},
+            "task": {"id": replan.task_id, "replans": 1, "llm_calls": 1},
             "events": {"plan_accepted" if verdict.accepted else "plan_rejected": 1},
+            "plan": record,
+            "calls": calls,
         }
-        messages: list[AnyMessage] = []
-        calls: dict[str, CallRecord] = {}
-        if verdict.accepted and plan is not None:
-            delta["plan"] = {
-                "id": plan_id,
-                "status": "running",
-                "plan": plan.model_dump(mode="json"),
-                "for_calls": [record.get("call_id") or slot for slot, record in waiting.items()],
-                "issued": [],
-                "done": [],
-                "failed": [],
-                "outputs": {},
-            }
-            for call_id, record in waiting.items():
-                error = _replanned(ToolError.model_validate(record["error"]), plan)
-                calls[call_id] = {**record, "status": "failed"}
-                messages.append(error_message(error))
-        else:
-            delta["plan"] = {
-                "id": plan_id,
-                "status": "rejected",
-                "plan": plan.model_dump(mode="json") if plan else None,
-                "verdict": verdict.model_dump(mode="json"),
-            }
-            spent = int(task.get("llm_calls") or 0) + 1
-            budget_left = (
-                replans < self.policy.max_replans and spent < self.policy.max_recovery_llm_calls
-            )
-            for call_id, record in waiting.items():
-                if budget_left:
-                    calls[call_id] = record  # stays "replan": the planner tries again
-                elif self.can_escalate:
-                    calls[call_id] = {**record, "status": "escalate"}
-                else:
-                    calls[call_id] = {**record, "status": "failed"}
-                    error = ToolError.model_validate(record["error"])
-                    messages.append(error_message(error, exhausted="max_replans"))
-        delta["calls"] = calls
         return {self.messages_key: messages, "resilience": delta}
+
+    def _reject(
+        self, replan: _Replan, plan: Plan | None, verdict: PlanVerdict
+    ) -> tuple[dict[str, Any], dict[str, ledger_state.CallRecord], list[AnyMessage]]:
+        """A rejected plan: the calls wait for another try while the budgets last, then
+        escalate (when a human may decide) or go back to the agent with their envelopes."""
+        record = {
+            "id": replan.plan_id,
+            "status": "rejected",
+            "plan": plan.model_dump(mode="json") if plan else None,
+            "verdict": verdict.model_dump(mode="json"),
+        }
+        budget_left = (
+            replan.replans + 1 < self.policy.max_replans
+            and replan.llm_calls + 1 < self.policy.max_recovery_llm_calls
+        )
+        calls: dict[str, ledger_state.CallRecord] = {}
+        messages: list[AnyMessage] = []
+        for call_id, waiting in replan.waiting.items():
+            if budget_left:
+                calls[call_id] = waiting  # stays "replan": the planner tries again
+            elif self.can_escalate:
+                calls[call_id] = {**waiting, "status": "escalate"}
+            else:
+                calls[call_id] = {**waiting, "status": "failed"}
+                error = ToolError.model_validate(waiting["error"])
+                messages.append(error_message(error, exhausted="max_replans"))
+        return record, calls, messages
+
+
+def _accept(
+    replan: _Replan, plan: Plan
+) -> tuple[dict[str, Any], dict[str, ledger_state.CallRecord], list[AnyMessage]]:
+    """An accepted plan: it starts running, and answers every call it replaces."""
+    record = {
+        "id": replan.plan_id,
+        "status": "running",
+        "plan": plan.model_dump(mode="json"),
+        "for_calls": [waiting.get("call_id") or slot for slot, waiting in replan.waiting.items()],
+        "issued": [],
+        "done": [],
+        "failed": [],
+        "outputs": {},
+    }
+    calls: dict[str, ledger_state.CallRecord] = {}
+    messages: list[AnyMessage] = []
+    for call_id, waiting in replan.waiting.items():
+        error = _replanned(ToolError.model_validate(waiting["error"]), plan)
+        calls[call_id] = {**waiting, "status": "failed"}
+        messages.append(error_message(error))
+    return record, calls, messages
 
 
 def _schema(tool: BaseTool) -> Any:
@@ -294,6 +332,74 @@ def _replanned(error: ToolError, plan: Plan) -> ToolError:
     return error.model_copy(update={"context": {**error.context, "replanned": summary}})
 
 
+# ------------------------------------------------------------------ the executor
+
+
+def _record_answers(record: dict[str, Any], messages: list[AnyMessage]) -> None:
+    """Move each issued step whose `ToolMessage` arrived into ``done`` (with its output)
+    or ``failed``."""
+    answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
+    prefix = f"{ledger_state.PLAN_CALL_PREFIX}{record['id']}-"
+    done, failed, outputs = record["done"], record["failed"], record["outputs"]
+    for call_id in record["issued"]:
+        step_id = call_id.removeprefix(prefix)
+        message = answers.get(call_id)
+        if message is None or step_id in done or step_id in failed:
+            continue
+        if message.status == "error":
+            failed.append(step_id)
+        else:
+            done.append(step_id)
+            outputs[step_id] = parsed_content(message.content)
+
+
+def _next_layer(record: dict[str, Any], plan: Plan) -> list[ToolCall]:
+    """The calls of the steps ready now; a step whose references do not resolve fails."""
+    done, failed = record["done"], record["failed"]
+    known = effective_outputs(plan, record["outputs"], failed)
+    issue: list[ToolCall] = []
+    for step in ready_steps(plan, done, failed):
+        try:
+            args = resolve_args(step.args, known)
+        except PlanError:
+            failed.append(step.id)
+            continue
+        call_id = f"{ledger_state.PLAN_CALL_PREFIX}{record['id']}-{step.id}"
+        issue.append(ToolCall(name=step.tool, args=args, id=call_id, type="tool_call"))
+    return issue
+
+
+def advance_plan(state: Any, messages_key: str = "messages") -> dict[str, Any]:
+    """Advance the running plan by one layer: record the last layer's results, issue
+    the next (pure over the state; the tools node executes the steps)."""
+    current = ledger_state.read_ledger(state).get("plan")
+    if not current or current.get("status") != "running":
+        return {}
+    record = {
+        **current,
+        "done": list(current["done"]),
+        "failed": list(current["failed"]),
+        "outputs": dict(current["outputs"]),
+    }
+    plan = Plan.model_validate(record["plan"])
+    _record_answers(record, ledger_state.read_messages(state, messages_key))
+    issue: list[ToolCall] = []
+    status = plan_status(plan, record["done"], record["failed"])
+    if status == "running":
+        issue = _next_layer(record, plan)
+        if not issue:
+            status = plan_status(plan, record["done"], record["failed"])
+    record.update(status=status, issued=[*record["issued"], *(c["id"] for c in issue if c["id"])])
+    emit(Event("plan_step", plan=record["id"], status=status, issue=[c["name"] for c in issue]))
+    messages: list[AnyMessage] = []
+    if issue:
+        metadata = {"resilience": {"plan": record["id"]}}
+        messages.append(
+            AIMessage(content="", name=PLANNER_NAME, tool_calls=issue, response_metadata=metadata)
+        )
+    return {messages_key: messages, "resilience": {"plan": record}}
+
+
 class PlanExecutorNode:
     """Runs the accepted plan: records the last layer's results, issues the next layer."""
 
@@ -301,77 +407,17 @@ class PlanExecutorNode:
         self.messages_key = messages_key
 
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        """Sync body (no I/O of its own: the tools node executes the steps)."""
-        return self.step(state)
+        """Sync body: `advance_plan` (no I/O of its own)."""
+        return advance_plan(state, self.messages_key)
 
     async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        """Async body."""
-        return self.step(state)
-
-    def step(self, state: Any) -> dict[str, Any]:
-        """Advance the running plan by one layer (pure over the state)."""
-        current = read_ledger(state).get("plan")
-        if not current or current.get("status") != "running":
-            return {}
-        record = dict(current)
-        plan = Plan.model_validate(record["plan"])
-        done, failed = list(record["done"]), list(record["failed"])
-        outputs = dict(record["outputs"])
-        answers = {
-            m.tool_call_id: m
-            for m in read_messages(state, self.messages_key)
-            if isinstance(m, ToolMessage)
-        }
-        prefix = f"{PLAN_CALL_PREFIX}{record['id']}-"
-        for call_id in record["issued"]:
-            step_id = call_id.removeprefix(prefix)
-            message = answers.get(call_id)
-            if message is None or step_id in done or step_id in failed:
-                continue
-            if message.status == "error":
-                failed.append(step_id)
-            else:
-                done.append(step_id)
-                outputs[step_id] = parsed_content(message.content)
-        issue: list[ToolCall] = []
-        status = plan_status(plan, done, failed)
-        if status == "running":
-            known = effective_outputs(plan, outputs, failed)
-            for step in ready_steps(plan, done, failed):
-                try:
-                    args = resolve_args(step.args, known)
-                except PlanError:
-                    failed.append(step.id)
-                    continue
-                issue.append(
-                    ToolCall(name=step.tool, args=args, id=prefix + step.id, type="tool_call")
-                )
-            if not issue:
-                status = plan_status(plan, done, failed)
-        record.update(
-            status=status,
-            done=done,
-            failed=failed,
-            outputs=outputs,
-            issued=[*record["issued"], *(c["id"] for c in issue if c["id"])],
-        )
-        emit(Event("plan_step", plan=record["id"], status=status, issue=[c["name"] for c in issue]))
-        messages: list[AnyMessage] = []
-        if issue:
-            messages.append(
-                AIMessage(
-                    content="",
-                    name=PLANNER_NAME,
-                    tool_calls=issue,
-                    response_metadata={"resilience": {"plan": record["id"]}},
-                )
-            )
-        return {self.messages_key: messages, "resilience": {"plan": record}}
+        """Async body: the same pure step."""
+        return self.run(state, config)
 
 
 def route_after_executor(state: Any, messages_key: str = "messages") -> Literal["tools"] | Next:
     """``tools`` when the executor issued a layer, else the common `next_step`."""
-    messages = read_messages(state, messages_key)
+    messages = ledger_state.read_messages(state, messages_key)
     last = messages[-1] if messages else None
     if isinstance(last, AIMessage) and last.name == PLANNER_NAME and last.tool_calls:
         return "tools"
