@@ -24,25 +24,19 @@ process continues correctly in another (``--crash-at``, then ``resume``). The
 clock is a `FakeClock` anchored at the real time: backoff is simulated, yet the
 due times stored in the checkpoint are wall-clock times.
 
-The simulated back office (`DemoStore`) lives next to the checkpoints, in the
-same SQLite file or Postgres database: it logs every executed side effect (one
-row per execution: the service does *not* deduplicate, so the table shows
-whether anything ran twice), the supervisors' approvals, and the run log the
-command uses to explain a thread across processes.
+The simulated back office (`DemoStore`, in `langgraph_resilience.cli.back_office`)
+lives next to the checkpoints and logs every executed side effect. The demo uses
+the package's public API, as a user's graph would.
 """
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import json
 import random
 import re
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
@@ -50,18 +44,22 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, tool
 from langgraph.config import get_config
 from langgraph.graph import START, MessagesState, StateGraph
-from psycopg_pool import ConnectionPool
 
-from langgraph_resilience.core.policy import ResiliencePolicy
-from langgraph_resilience.core.profile import ToolProfile
+from langgraph_resilience import (
+    BreakerConfig,
+    EffectStatus,
+    FailureClass,
+    IdempotencyStore,
+    ResiliencePolicy,
+    ResilienceState,
+    ToolFailure,
+    ToolProfile,
+    add_resilience,
+    current_idempotency_key,
+)
+from langgraph_resilience.cli.back_office import DemoStore, open_demo_store
 from langgraph_resilience.core.validation import parsed_content
-from langgraph_resilience.errors import FailureClass, ToolFailure
-from langgraph_resilience.graph.state import ResilienceState
-from langgraph_resilience.graph.tools import current_idempotency_key
-from langgraph_resilience.graph.wiring import add_resilience
-from langgraph_resilience.stores.breakers import BreakerConfig
-from langgraph_resilience.stores.ledger import EffectStatus, IdempotencyStore, SagaLog
-from langgraph_resilience.stores.persistence import Persistence
+from langgraph_resilience.stores.ledger import SagaLog
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, ScriptedChatModel
 
 __all__ = [
@@ -99,199 +97,6 @@ after the effect is durable in the back office, before the tool returns (the CLI
 
 class DemoState(MessagesState, ResilienceState):
     """The demo graph's state: messages plus the resilience ledger."""
-
-
-# ------------------------------------------------------------------ the back office
-
-
-class DemoStore(abc.ABC):
-    """The demo's own tables, next to the checkpoints: effects, approvals, run log.
-
-    ``lgr_demo_effects`` has one row per *execution* of a side effect (no unique
-    key: the simulated payment service deduplicates nothing), so counting rows
-    per idempotency key proves exactly-once. ``lgr_demo_approvals`` holds the
-    supervisors' approvals; ``lgr_demo_events`` the resilience events the command
-    streamed, so a thread run by several processes can still be explained.
-    """
-
-    target: str = ""
-
-    @abc.abstractmethod
-    def _query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Run one statement (``:name`` parameters) and return its rows."""
-
-    @abc.abstractmethod
-    def setup(self) -> None:
-        """Create the tables if they do not exist."""
-
-    def record_effect(
-        self, *, thread_id: str, kind: str, key: str, detail: Mapping[str, Any]
-    ) -> int:
-        """Log one execution of a side effect; returns its reference number."""
-        rows = self._query(
-            "INSERT INTO lgr_demo_effects (thread_id, kind, idempotency_key, detail, at) "
-            "VALUES (:thread_id, :kind, :key, :detail, :at) RETURNING id",
-            {
-                "thread_id": thread_id,
-                "kind": kind,
-                "key": key,
-                "detail": json.dumps(dict(detail), sort_keys=True),
-                "at": time.time(),
-            },
-        )
-        return int(rows[0]["id"])
-
-    def effect(self, key: str) -> dict[str, Any] | None:
-        """The first execution logged under `key` (what a status check asks), or None."""
-        rows = self._query(
-            f"{_EFFECT_COLUMNS} WHERE idempotency_key = :key ORDER BY id LIMIT 1", {"key": key}
-        )
-        return _effect_row(rows[0]) if rows else None
-
-    def effects(self, thread_id: str) -> list[dict[str, Any]]:
-        """Every execution of a side effect in the thread, oldest first."""
-        rows = self._query(
-            f"{_EFFECT_COLUMNS} WHERE thread_id = :thread_id ORDER BY id", {"thread_id": thread_id}
-        )
-        return [_effect_row(row) for row in rows]
-
-    def approve(self, thread_id: str, tool_name: str) -> None:
-        """A supervisor approves `tool_name`'s pending request in this thread."""
-        self._query(
-            "INSERT INTO lgr_demo_approvals (thread_id, tool, at) VALUES (:thread_id, :tool, :at) "
-            "ON CONFLICT (thread_id, tool) DO NOTHING",
-            {"thread_id": thread_id, "tool": tool_name, "at": time.time()},
-        )
-
-    def approved(self, thread_id: str, tool_name: str) -> bool:
-        """Has a supervisor approved `tool_name` in this thread?"""
-        rows = self._query(
-            "SELECT 1 AS ok FROM lgr_demo_approvals WHERE thread_id = :thread_id AND tool = :tool",
-            {"thread_id": thread_id, "tool": tool_name},
-        )
-        return bool(rows)
-
-    def log_events(self, thread_id: str, events: Sequence[Mapping[str, Any]]) -> None:
-        """Append streamed resilience events to the thread's run log."""
-        for event in events:
-            self._query(
-                "INSERT INTO lgr_demo_events (thread_id, event) VALUES (:thread_id, :event)",
-                {"thread_id": thread_id, "event": json.dumps(dict(event), default=str)},
-            )
-
-    def events(self, thread_id: str) -> list[dict[str, Any]]:
-        """The thread's run log, oldest first."""
-        rows = self._query(
-            "SELECT event FROM lgr_demo_events WHERE thread_id = :thread_id ORDER BY id",
-            {"thread_id": thread_id},
-        )
-        return [json.loads(row["event"]) for row in rows]
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections the store owns."""
-
-
-_EFFECT_COLUMNS = "SELECT id, thread_id, kind, idempotency_key, detail, at FROM lgr_demo_effects"
-
-
-def _effect_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "id": int(row["id"]),
-        "thread_id": row["thread_id"],
-        "kind": row["kind"],
-        "key": row["idempotency_key"],
-        "detail": json.loads(row["detail"]),
-        "at": float(row["at"]),
-    }
-
-
-_SQLITE_DDL = (
-    """CREATE TABLE IF NOT EXISTS lgr_demo_effects (
-        id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, kind TEXT NOT NULL,
-        idempotency_key TEXT NOT NULL, detail TEXT NOT NULL, at REAL NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS lgr_demo_effects_key ON lgr_demo_effects (idempotency_key)",
-    """CREATE TABLE IF NOT EXISTS lgr_demo_approvals (
-        thread_id TEXT NOT NULL, tool TEXT NOT NULL, at REAL NOT NULL,
-        PRIMARY KEY (thread_id, tool))""",
-    """CREATE TABLE IF NOT EXISTS lgr_demo_events (
-        id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, event TEXT NOT NULL)""",
-)
-
-_POSTGRES_DDL = (
-    """CREATE TABLE IF NOT EXISTS lgr_demo_effects (
-        id BIGSERIAL PRIMARY KEY, thread_id TEXT NOT NULL, kind TEXT NOT NULL,
-        idempotency_key TEXT NOT NULL, detail TEXT NOT NULL, at DOUBLE PRECISION NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS lgr_demo_effects_key ON lgr_demo_effects (idempotency_key)",
-    """CREATE TABLE IF NOT EXISTS lgr_demo_approvals (
-        thread_id TEXT NOT NULL, tool TEXT NOT NULL, at DOUBLE PRECISION NOT NULL,
-        PRIMARY KEY (thread_id, tool))""",
-    """CREATE TABLE IF NOT EXISTS lgr_demo_events (
-        id BIGSERIAL PRIMARY KEY, thread_id TEXT NOT NULL, event TEXT NOT NULL)""",
-)
-
-
-class SqliteDemoStore(DemoStore):
-    """The demo tables in the embedded SQLite file (or ``":memory:"``)."""
-
-    def __init__(self, path: str) -> None:
-        self.target = path
-        self._conn = sqlite3.connect(
-            path, check_same_thread=False, isolation_level=None, timeout=30
-        )
-        self._conn.row_factory = sqlite3.Row
-        self._lock = threading.Lock()
-
-    def _query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._conn.execute(sql, dict(params or {})).fetchall()
-        return [dict(row) for row in rows]
-
-    def setup(self) -> None:
-        for statement in _SQLITE_DDL:
-            self._query(statement)
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-_NAMED = re.compile(r"(?<!:):([a-z_]+)")
-
-
-class PostgresDemoStore(DemoStore):
-    """The demo tables in the Postgres database, on the persistence's pool."""
-
-    def __init__(self, pool: ConnectionPool[Any], target: str = "") -> None:
-        self.target = target
-        self._pool = pool
-
-    def _query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-        with self._pool.connection() as conn, conn.cursor() as cur:
-            cur.execute(_NAMED.sub(r"%(\1)s", sql), dict(params or {}))
-            rows = cur.fetchall() if cur.description else []
-        return [dict(row) for row in rows]
-
-    def setup(self) -> None:
-        with self._pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('lgr-demo-setup', 0))")
-            for statement in _POSTGRES_DDL:
-                conn.execute(statement)
-
-
-@contextmanager
-def open_demo_store(persistence: Persistence | None = None) -> Iterator[DemoStore]:
-    """The demo tables next to `persistence`'s checkpoints (in memory without one)."""
-    store: DemoStore
-    if persistence is not None and isinstance(persistence.pool, ConnectionPool):
-        store = PostgresDemoStore(persistence.pool, persistence.target)
-    elif persistence is not None and persistence.path is not None:
-        store = SqliteDemoStore(str(persistence.path))
-    else:
-        store = SqliteDemoStore(":memory:")
-    try:
-        store.setup()
-        yield store
-    finally:
-        store.close()
 
 
 # ------------------------------------------------------------------ the tools
@@ -617,6 +422,21 @@ BREAKER = BreakerConfig(window_size=1, minimum_calls=1, open_duration=60)
 after its retries), so the rest of the thread skips the warehouse API."""
 
 
+def _read_tools() -> list[BaseTool]:
+    """The read-only tools, with their deterministic faults."""
+    return [
+        FaultyTool(lookup_order, [Fault.status(429, retry_after="2")]),
+        FaultyTool(track_shipment, [Fault.timeout()]),
+        check_refund_policy,
+        quote_replacement,
+        FaultyTool(check_stock, then=Fault.status(503)),
+        check_stock_cached,
+        FaultyTool(create_return_label, then=Fault.status(410)),
+        find_carrier,
+        book_pickup,
+    ]
+
+
 def build_demo(
     *,
     store: DemoStore,
@@ -632,25 +452,17 @@ def build_demo(
     """
     clock = FakeClock(epoch=time.time())
     effect_tools, profiles = _effect_tools(store, after_effect)
-    tools: dict[str, BaseTool] = {
-        t.name: t
-        for t in [
-            FaultyTool(lookup_order, [Fault.status(429, retry_after="2")]),
-            FaultyTool(track_shipment, [Fault.timeout()]),
-            check_refund_policy,
-            quote_replacement,
-            FaultyTool(check_stock, then=Fault.status(503)),
-            check_stock_cached,
-            FaultyTool(create_return_label, then=Fault.status(410)),
-            find_carrier,
-            book_pickup,
-            *effect_tools,
-        ]
-    }
     profiles["check_stock"] = ToolProfile(fallback="check_stock_cached")
-    model = _scripted(agent_reply)
-    repair_model = _scripted(repair_reply)
-    planner_model = _scripted(planner_reply)
+    demo = SupportDemo(
+        builder=StateGraph(DemoState),
+        model=_scripted(agent_reply),
+        repair_model=_scripted(repair_reply),
+        planner_model=_scripted(planner_reply),
+        clock=clock,
+        tools={t.name: t for t in [*_read_tools(), *effect_tools]},
+        store=store,
+    )
+    model = demo.model
 
     def agent(state: DemoState) -> dict[str, list[AnyMessage]]:
         return {"messages": [model.invoke(state["messages"])]}
@@ -658,33 +470,24 @@ def build_demo(
     async def aagent(state: DemoState) -> dict[str, list[AnyMessage]]:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
-    builder = StateGraph(DemoState)
-    builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
-    builder.add_edge(START, "agent")
+    demo.builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
+    demo.builder.add_edge(START, "agent")
     add_resilience(
-        builder,
+        demo.builder,
         agent="agent",
-        tools=list(tools.values()),
+        tools=list(demo.tools.values()),
         policy=POLICY,
         profiles=profiles,
         clock=clock,
         rng=random.Random(seed),
-        repair_model=repair_model,
-        planner_model=planner_model,
+        repair_model=demo.repair_model,
+        planner_model=demo.planner_model,
         escalate=True,
         breaker=BREAKER,
         idempotency=idempotency,
         saga=saga,
     )
-    return SupportDemo(
-        builder=builder,
-        model=model,
-        repair_model=repair_model,
-        planner_model=planner_model,
-        clock=clock,
-        tools=tools,
-        store=store,
-    )
+    return demo
 
 
 def is_demo_thread(values: Mapping[str, Any]) -> bool:
