@@ -18,7 +18,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -321,11 +320,6 @@ class ScriptedChatModel(BaseChatModel):
         copied: AIMessage = message.model_copy(update={"tool_calls": calls}, deep=True)
         return copied
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _generate(self, messages: list[BaseMessage], *_: Any, **__: Any) -> ChatResult:
+        """The next scripted answer (``stop`` and callbacks are ignored: the script decides)."""
         return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
