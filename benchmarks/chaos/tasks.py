@@ -56,9 +56,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field
 
-from langgraph_resilience.core.canonical import canonical_args
-from langgraph_resilience.graph.tools import current_idempotency_key
-from langgraph_resilience.stores.ledger import EffectStatus
+from langgraph_resilience import EffectStatus, canonical_args, current_idempotency_key
 from langgraph_resilience.testing import ScriptedChatModel
 
 __all__ = [

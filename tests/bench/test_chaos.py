@@ -18,26 +18,19 @@ from langchain_core.tools import BaseTool, tool
 from pydantic import ValidationError
 from rich.console import Console
 
-from benchmarks.chaos.bench import (
+from benchmarks.chaos.bench import cmd_bench, run_bench
+from benchmarks.chaos.contenders import (
     CONTENDERS,
     DEMO_BREAKER,
-    MIXES,
-    QUICK_CONVERSATIONS,
-    QUICK_MIXES,
     RESILIENT_POLICY,
-    BenchReport,
     BuildContext,
     Built,
     Contender,
-    Mix,
     build_resilient,
-    check_targets,
-    cmd_bench,
-    evaluate_targets,
-    quick_tasks,
-    run_bench,
-    run_task,
 )
+from benchmarks.chaos.mixes import MIXES, QUICK_CONVERSATIONS, QUICK_MIXES, Mix, quick_tasks
+from benchmarks.chaos.runs import run_task
+from benchmarks.chaos.targets import BenchReport, check_targets, evaluate_targets
 from benchmarks.chaos.tasks import (
     ABORT_ANSWER,
     CONVERSATIONS,
