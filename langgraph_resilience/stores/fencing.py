@@ -23,11 +23,13 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.errors import ThreadLockLostError
+from langgraph_resilience.stores.postgres import PersistenceError, first_line
 
 __all__ = [
     "AsyncFencedPostgresSaver",
@@ -89,29 +91,54 @@ async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None
         await asyncio.to_thread(fence.check)
 
 
+def _write_failed(config: RunnableConfig, exc: BaseException) -> PersistenceError:
+    """A checkpoint write the server dropped (a restart, a failover): typed, redacted,
+    and saying what to do. Nothing after the thread's last checkpoint was saved, and
+    the ledger keeps every effect's outcome, so resuming the thread completes it."""
+    return PersistenceError(
+        f"writing a checkpoint of thread {_thread_of(config)!r} failed: {first_line(exc)}; "
+        "nothing after its last checkpoint was saved: resume the thread (resume / aresume) "
+        "once PostgreSQL answers again"
+    )
+
+
 class FencedPostgresSaver(PostgresSaver):
-    """LangGraph's `PostgresSaver`, refusing to write a thread whose lock this run lost."""
+    """LangGraph's `PostgresSaver`, refusing to write a thread whose lock this run lost;
+    a dropped connection reaches the caller as a typed `PersistenceError`."""
 
     def put(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> RunnableConfig:
         """`PostgresSaver.put`, after `check_fence`."""
         check_fence(config)
-        return super().put(config, *args, **kwargs)
+        try:
+            return super().put(config, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise _write_failed(config, exc) from exc
 
     def put_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
         """`PostgresSaver.put_writes`, after `check_fence`."""
         check_fence(config)
-        super().put_writes(config, *args, **kwargs)
+        try:
+            super().put_writes(config, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise _write_failed(config, exc) from exc
 
 
 class AsyncFencedPostgresSaver(AsyncPostgresSaver):
-    """LangGraph's `AsyncPostgresSaver`, refusing to write a thread whose lock was lost."""
+    """LangGraph's `AsyncPostgresSaver`, refusing to write a thread whose lock was lost;
+    a dropped connection reaches the caller as a typed `PersistenceError`."""
 
     async def aput(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> RunnableConfig:
         """`AsyncPostgresSaver.aput`, after `acheck_fence`."""
         await acheck_fence(config)
-        return await super().aput(config, *args, **kwargs)
+        try:
+            return await super().aput(config, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise _write_failed(config, exc) from exc
 
     async def aput_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
         """`AsyncPostgresSaver.aput_writes`, after `acheck_fence`."""
         await acheck_fence(config)
-        await super().aput_writes(config, *args, **kwargs)
+        try:
+            await super().aput_writes(config, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise _write_failed(config, exc) from exc

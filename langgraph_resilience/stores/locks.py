@@ -364,15 +364,27 @@ def thread_lock(
         finally:
             session.release(thread_id)
         return
-    shown = redact(str(where))
+    with _waited_lock(str(where), thread_id, wait) as fence, holding(fence):
+        yield
+
+
+@contextlib.contextmanager
+def _waited_lock(dsn: str, thread_id: str, wait: bool | float) -> Iterator[Fence]:
+    """Wait for the lock on a dedicated session; yield its fence. The lock is unlocked
+    before the session closes: the server frees a closed session's locks only once its
+    backend has exited, so a caller locking again at once would find it still held."""
+    shown = redact(dsn)
     try:
-        conn: psycopg.Connection[Any] = psycopg.connect(str(where), autocommit=True)
+        conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
     except psycopg.Error as exc:
         raise connect_error(shown, exc) from None
-    with conn:  # a dedicated session for the wait; closing it releases the lock
+    with conn:
         _pg_wait(conn, thread_id, wait, shown)
-        with holding(Fence(thread_id, lambda: _alive(conn), shown)):
-            yield
+        try:
+            yield Fence(thread_id, lambda: _alive(conn), shown)
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(_UNLOCK_SQL, (_lock_name(thread_id),))
 
 
 @contextlib.asynccontextmanager
@@ -420,11 +432,12 @@ async def athread_lock(
         finally:
             await asyncio.to_thread(entered.__exit__, None, None, None)
         return
-    shown = redact(str(where))
+    # A dedicated sync session, waited on in a worker thread: its fence is then checked
+    # like every other (a sync round trip, in a thread), so a waited run is fenced too.
+    waited = _waited_lock(str(where), thread_id, wait)
+    fence = await asyncio.to_thread(waited.__enter__)
     try:
-        conn = await psycopg.AsyncConnection.connect(str(where), autocommit=True)
-    except psycopg.Error as exc:
-        raise connect_error(shown, exc) from None
-    async with conn:
-        await _apg_wait(conn, thread_id, wait, shown)
-        yield
+        with holding(fence):
+            yield
+    finally:
+        await asyncio.to_thread(waited.__exit__, None, None, None)

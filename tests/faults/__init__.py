@@ -1,0 +1,1 @@
+"""Fault injection against our own infrastructure: nothing lost, nothing doubled."""
