@@ -68,16 +68,16 @@ import psycopg
 from psycopg import conninfo, sql
 
 from langgraph_resilience.core.backoff import backoff_delay
+from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.errors import FailureClass
 from langgraph_resilience.stores.breakers import (
-    BreakerConfig,
     CircuitBreaker,
     InMemoryBreakerStore,
-    InMemoryRetryBudgetStore,
     PostgresBreakerStore,
-    RetryBudget,
 )
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock
 

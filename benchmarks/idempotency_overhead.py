@@ -60,11 +60,11 @@ from psycopg import pq
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.stores.ledger import (
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.postgres import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
 )
-from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TARGET_MS = 1.0

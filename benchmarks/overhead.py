@@ -58,7 +58,6 @@ import cProfile
 import dataclasses
 import importlib
 import importlib.metadata
-import inspect
 import json
 import logging
 import os
@@ -94,6 +93,8 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph import tools as tools_module
 from langgraph_resilience.graph.state import merge_ledger
+from langgraph_resilience.graph.tool_batch import plan_batch, step_input
+from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.graph.tools import GuardedToolNode
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
 
@@ -457,25 +458,6 @@ def _optional(module: str, name: str) -> Any:
         return None
 
 
-def _record_builder(call: Any, key: str) -> Callable[[], Any] | None:
-    """`tools._record` called with whichever of its known signatures binds, or None."""
-    record = getattr(tools_module, "_record", None)
-    if record is None:
-        return None
-    shapes: list[dict[str, Any]] = [
-        {"attempts": 1, "status": "ok", "due": None, "error": None},
-        {"attempts": 1, "previous": None, "coercions": None},
-    ]
-    signature = inspect.signature(record)
-    for kwargs in shapes:
-        try:
-            signature.bind(call, key, **kwargs)
-        except TypeError:
-            continue
-        return lambda: record(call, key, **kwargs)
-    return None
-
-
 DECISION, GLUE, INFO = "decision", "glue", "info"
 """Micro rows: the decision work the target is about (``_plan`` + ``_finish`` +
 the reducer), the rest of the per-step package work (message copy, routers),
@@ -499,12 +481,12 @@ def micro_items() -> list[MicroItem]:
     where the agent issues 2 new calls; per call = per op / calls per op.
     """
     state, ai, output = prepared_state()
-    node = GuardedToolNode(TOOLS, policy=ResiliencePolicy(), clock=SystemClock())
-    batch = node._plan(state)
+    node = GuardedToolNode(TOOLS, policy=ResiliencePolicy(), clock=SystemClock(), breaker=None)
+    cfg = node.settings
+    batch = plan_batch(cfg, state)
     if batch is None or [c["id"] for c in batch.runnable] != ["new_a", "new_b"]:
-        raise RuntimeError(f"_plan did not select the 2 new calls: {batch!r}")
-    finished = node._finish(state, batch, output)
-    update = finished[0] if isinstance(finished, tuple) else finished  # (update, reports)
+        raise RuntimeError(f"plan_batch did not select the 2 new calls: {batch!r}")
+    update, _ = finish_step(cfg, state, batch, output)
     delta = update["resilience"]
     call = ai.tool_calls[0]
     key = call_key(call["name"], call["args"])
@@ -531,14 +513,14 @@ def micro_items() -> list[MicroItem]:
     schema = t1.tool_call_schema
     return [
         (
-            "GuardedToolNode._plan: select calls, budget checks",
-            lambda: node._plan(state),
+            "plan_batch: select calls, budget checks",
+            lambda: plan_batch(cfg, state),
             2,
             DECISION,
         ),
         (
-            "GuardedToolNode._finish: records, events, delta",
-            lambda: node._finish(state, batch, output),
+            "finish_step: records, events, delta",
+            lambda: finish_step(cfg, state, batch, output),
             2,
             DECISION,
         ),
@@ -548,7 +530,7 @@ def micro_items() -> list[MicroItem]:
             2,
             DECISION,
         ),
-        ("GuardedToolNode._input: copy the AIMessage", lambda: node._input(state, batch), 2, GLUE),
+        ("step_input: copy the AIMessage", lambda: step_input(cfg, state, batch), 2, GLUE),
         (
             "RunnableLambda layer around the node (wiring.py)",
             (lambda: wrapper.invoke(state, wrapper_config)) if wrapped else None,
@@ -568,7 +550,6 @@ def micro_items() -> list[MicroItem]:
             GLUE,
         ),
         ("call_key(name, args)", lambda: call_key(call["name"], call["args"]), 1, INFO),
-        ("ledger record build (tools._record)", _record_builder(call, key), 1, INFO),
         ("emit(Event('attempt')), outside a graph", lambda: emit(Event("attempt")), 1, INFO),
         (
             "detect_loop (loops.py)",

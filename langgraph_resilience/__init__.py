@@ -12,6 +12,8 @@ Add it to an existing graph::
 """
 
 from langgraph_resilience.core.backoff import backoff_delay
+from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
+from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.canonical import (
     DEFAULT_NOISE_FIELDS,
     call_key,
@@ -30,7 +32,15 @@ from langgraph_resilience.core.clock import (
     Clock,
     SystemClock,
 )
+from langgraph_resilience.core.compensation import acompensate_thread, compensate_thread
 from langgraph_resilience.core.decide import Decision, decide
+from langgraph_resilience.core.effects import (
+    EffectStatus,
+    IdempotencyStore,
+    SagaLog,
+    idempotency_key,
+)
+from langgraph_resilience.core.partial import FailedItem, PartialResult
 from langgraph_resilience.core.plan import (
     Diagnosis,
     Plan,
@@ -70,13 +80,20 @@ from langgraph_resilience.events import (
     EVENT_KEY,
     Event,
 )
+from langgraph_resilience.graph.bulkhead import Bulkhead, BulkheadFullError
 from langgraph_resilience.graph.escalate import (
     ESCALATION_TYPE,
+    EscalateNode,
     Resolution,
 )
 from langgraph_resilience.graph.model import (
     resilient_model,
 )
+from langgraph_resilience.graph.node import ResilienceNode
+from langgraph_resilience.graph.pending import AnswerPendingNode
+from langgraph_resilience.graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
+from langgraph_resilience.graph.repair import RepairNode
+from langgraph_resilience.graph.retry import RetryNode
 from langgraph_resilience.graph.router import next_step, route_after_agent
 from langgraph_resilience.graph.state import (
     Ledger,
@@ -96,28 +113,11 @@ from langgraph_resilience.graph.wiring import (
 )
 from langgraph_resilience.stores.breakers import (
     AsyncPostgresBreakerStore,
-    BreakerConfig,
-    BreakerStore,
-    Bulkhead,
-    BulkheadFullError,
     InMemoryBreakerStore,
-    InMemoryRetryBudgetStore,
     PostgresBreakerStore,
-    PostgresRetryBudgetStore,
-    RetryBudget,
 )
-from langgraph_resilience.stores.ledger import (
-    AsyncPostgresIdempotencyStore,
-    EffectStatus,
-    FailedItem,
-    IdempotencyStore,
-    InMemoryIdempotencyStore,
-    PartialResult,
-    PostgresIdempotencyStore,
-    acompensate_thread,
-    compensate_thread,
-    idempotency_key,
-)
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
+from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import (
     Persistence,
     PersistenceError,
@@ -135,14 +135,24 @@ from langgraph_resilience.stores.persistence import (
     thread_lock,
     thread_status,
 )
+from langgraph_resilience.stores.postgres import (
+    AsyncPostgresIdempotencyStore,
+    AsyncPostgresSagaLog,
+    PostgresIdempotencyStore,
+    PostgresSagaLog,
+)
+from langgraph_resilience.stores.saga import InMemorySagaLog
+from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore, SqliteSagaLog
 
 __all__ = [
     "DEFAULT_NOISE_FIELDS",
     "DEFAULT_RULES",
     "ESCALATION_TYPE",
     "EVENT_KEY",
+    "AnswerPendingNode",
     "AsyncPostgresBreakerStore",
     "AsyncPostgresIdempotencyStore",
+    "AsyncPostgresSagaLog",
     "AttemptAbandoned",
     "BreakerConfig",
     "BreakerStore",
@@ -154,6 +164,7 @@ __all__ = [
     "Decision",
     "Diagnosis",
     "EffectStatus",
+    "EscalateNode",
     "Event",
     "FailedItem",
     "FailureClass",
@@ -162,6 +173,7 @@ __all__ = [
     "InMemoryBreakerStore",
     "InMemoryIdempotencyStore",
     "InMemoryRetryBudgetStore",
+    "InMemorySagaLog",
     "Ledger",
     "LedgerUnavailableError",
     "LoopDetectedError",
@@ -171,20 +183,29 @@ __all__ = [
     "Persistence",
     "PersistenceError",
     "Plan",
+    "PlanExecutorNode",
     "PlanStep",
     "PlanVerdict",
+    "PlannerNode",
     "PostgresBreakerStore",
     "PostgresIdempotencyStore",
     "PostgresRetryBudgetStore",
+    "PostgresSagaLog",
+    "RepairNode",
     "ResilienceError",
     "ResilienceLedger",
+    "ResilienceNode",
     "ResiliencePolicy",
     "ResilienceState",
     "ResilienceWarning",
     "Resolution",
     "RetryBudget",
     "RetryExhaustedError",
+    "RetryNode",
     "Rule",
+    "SagaLog",
+    "SqliteIdempotencyStore",
+    "SqliteSagaLog",
     "SystemClock",
     "ThreadBusyError",
     "ThreadLockLostError",
@@ -222,6 +243,7 @@ __all__ = [
     "retriable",
     "retry_after_ms",
     "route_after_agent",
+    "route_after_executor",
     "task_failure",
     "thread_lock",
     "thread_status",

@@ -33,7 +33,7 @@ from langgraph_resilience import (
     InMemoryBreakerStore,
     call_key,
 )
-from langgraph_resilience.stores.breakers import Outcome, Transition  # the store's hook types
+from langgraph_resilience.core.breaker import Outcome, Transition
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from langgraph_resilience.testing.faults import (
     ChaosTool,

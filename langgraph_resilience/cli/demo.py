@@ -58,8 +58,8 @@ from langgraph_resilience import (
     current_idempotency_key,
 )
 from langgraph_resilience.cli.back_office import DemoStore, open_demo_store
+from langgraph_resilience.core.effects import SagaLog
 from langgraph_resilience.core.validation import parsed_content
-from langgraph_resilience.stores.ledger import SagaLog
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, ScriptedChatModel
 
 __all__ = [

@@ -264,28 +264,32 @@ class BreakerConfig:
                 "slow_call_threshold",
                 _positive_seconds(self.slow_call_threshold, field="slow_call_threshold"),
             )
-        try:
-            if isinstance(self.counted_classes, str | FailureClass):
-                raise TypeError
-            counted = frozenset(FailureClass(c) for c in self.counted_classes)
-        except (TypeError, ValueError):
-            raise ConfigurationError(
-                "counted_classes must be a collection of FailureClass values, e.g. "
-                "frozenset({FailureClass.TRANSIENT}), got "
-                f"{self.counted_classes!r}"
-            ) from None
-        if not counted and self.slow_call_threshold is None:
-            raise ConfigurationError(
-                "counted_classes is empty and slow_call_threshold is None, so the breaker "
-                "could never open; count at least one FailureClass or set slow_call_threshold"
-            )
-        set_(self, "counted_classes", counted)
+        set_(self, "counted_classes", _counted(self.counted_classes, self.slow_call_threshold))
         window_size, slow = float(self.window_size), self.slow_call_threshold  # type: ignore[arg-type]
         set_(self, "window_seconds", window_size)
         set_(self, "window_calls", int(window_size))
         set_(self, "open_duration_s", float(self.open_duration))  # type: ignore[arg-type]
         set_(self, "half_open_timeout_s", float(self.half_open_timeout))  # type: ignore[arg-type]
         set_(self, "slow_call_threshold_s", None if slow is None else float(slow))  # type: ignore[arg-type]
+
+
+def _counted(classes: Any, slow_call_threshold: Any) -> frozenset[FailureClass]:
+    """`counted_classes` as a frozenset of FailureClass, or why it cannot open a breaker."""
+    try:
+        if isinstance(classes, str | FailureClass):
+            raise TypeError
+        counted = frozenset(FailureClass(c) for c in classes)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            "counted_classes must be a collection of FailureClass values, e.g. "
+            f"frozenset({{FailureClass.TRANSIENT}}), got {classes!r}"
+        ) from None
+    if not counted and slow_call_threshold is None:
+        raise ConfigurationError(
+            "counted_classes is empty and slow_call_threshold is None, so the breaker "
+            "could never open; count at least one FailureClass or set slow_call_threshold"
+        )
+    return counted
 
 
 def window_for(window: Window | None, cfg: BreakerConfig) -> Window:

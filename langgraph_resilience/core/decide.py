@@ -1,9 +1,12 @@
-"""The one decision after a failed tool call: retry, repair, replan, escalate or answer.
+"""The decisions after a failure: a tool call's and a model call's, on one retry rule.
 
-`decide` maps (envelope, what was spent, policy) to the next step; the nodes only
-carry out its `Decision`. `unrecovered` says where a failure goes when neither retry
-nor repair takes it (DESIGN.md section 1); `remembered_gone` is the thread's memory
-of a tool that answered STRUCTURAL.
+`decide` maps (envelope, what was spent, policy) to a tool call's next step; the
+nodes only carry out its `Decision`. `decide_model` does the same for one model of a
+`resilient_model` chain (retry, fall back, raise). Both ask `retry_wait` whether and
+how long to wait, with one attempt convention: `attempts` counts the executions
+made, the failed one included. `unrecovered` says where a tool failure goes when
+neither retry nor repair takes it (DESIGN.md section 1); `remembered_gone` is the
+thread's memory of a tool that answered STRUCTURAL.
 """
 
 from __future__ import annotations
@@ -11,16 +14,71 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, cast
 
 from langgraph_resilience.core.backoff import backoff_delay, retry_after_exceeded
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
 
-__all__ = ["Decision", "decide", "decide_repair", "remembered_gone", "unrecovered"]
+__all__ = [
+    "DEFAULT_FALLBACK_ON",
+    "Decision",
+    "ModelStep",
+    "decide",
+    "decide_model",
+    "decide_repair",
+    "remembered_gone",
+    "retry_wait",
+    "unrecovered",
+]
 
 Route = Literal["retry", "repair", "replan", "escalate", "agent"]
+
+WaitRefused = Literal["max_attempts", "deadline", "retry_after", "retry_after_too_long"]
+"""Why a retriable failure is not retried."""
+
+DEFAULT_FALLBACK_ON = frozenset({FailureClass.TRANSIENT, FailureClass.STRUCTURAL})
+"""Failure classes that hand a model call to the next model: an overloaded or missing
+model. Add POLICY to fall back on a provider's 401/403/quota refusal too."""
+
+
+def retry_wait(
+    error: ToolError,
+    *,
+    attempts: int,
+    max_attempts: int,
+    remaining: float | None,
+    policy: ResiliencePolicy,
+    rng: random.Random,
+    patience: float | None = None,
+) -> float | WaitRefused:
+    """Seconds to wait before retrying a retriable `error`, or why it is not retried.
+
+    `attempts` counts the executions made, the failed one included; `remaining` is
+    the time left before the deadline (None: no deadline). A Retry-After beyond
+    ``policy.max_retry_after`` is never slept; one beyond `patience` (given when an
+    alternative can serve the call at once, such as a fallback model) is not either.
+
+    >>> err = ToolError(type="HTTPError", failure_class="transient", message="503",
+    ...                 suggested_action="retry", retriable=True)
+    >>> retry_wait(err, attempts=3, max_attempts=3, remaining=None,
+    ...            policy=ResiliencePolicy(), rng=random.Random(0))
+    'max_attempts'
+    """
+    if attempts >= max_attempts:
+        return "max_attempts"
+    if remaining is not None and remaining <= 0:
+        return "deadline"
+    retry_after = None if error.retry_after_ms is None else error.retry_after_ms / 1000.0
+    if retry_after_exceeded(retry_after, policy):
+        return "retry_after"  # never slept: the envelope says how long
+    if patience is not None and retry_after is not None and retry_after > patience:
+        return "retry_after_too_long"
+    delay = backoff_delay(
+        attempts - 1, policy=policy, rng=rng, retry_after=retry_after, remaining=remaining
+    )
+    return "deadline" if delay is None else delay
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -119,6 +177,17 @@ def unrecovered(
     return human
 
 
+def _reconcilable(error: ToolError, profile: ToolProfile | None) -> bool:
+    """A side effect that may have run, whose service can say whether it did."""
+    return (
+        error.failure_class is FailureClass.UNKNOWN
+        and profile is not None
+        and profile.side_effect
+        and profile.status_check is not None
+        and bool(error.context.get("maybe_executed"))
+    )
+
+
 def decide(
     error: ToolError,
     *,
@@ -157,14 +226,7 @@ def decide(
             can_repair=can_repair,
         )
     side_effect = profile is not None and profile.side_effect
-    if (
-        error.failure_class is FailureClass.UNKNOWN
-        and side_effect
-        and idempotent
-        and profile is not None
-        and profile.status_check is not None
-        and bool(error.context.get("maybe_executed"))
-    ):
+    if idempotent and _reconcilable(error, profile):
         # the next run asks status_check, never blind; an abandoned attempt that may still
         # land is given its grace first, so "not done" is not heard too early
         return Decision("retry", delay=float(error.context.get("in_flight_s") or 0.0))
@@ -182,17 +244,77 @@ def decide(
         return Decision("agent", exhausted="max_attempts")
     if task_attempts >= policy.max_tool_attempts:
         return Decision("agent", exhausted="max_tool_attempts")
-    remaining = None
-    if policy.deadline_s is not None:
-        remaining = policy.deadline_s - (elapsed or 0.0)
-        if remaining <= 0:
-            return Decision("agent", exhausted="deadline")
-    retry_after = None if error.retry_after_ms is None else error.retry_after_ms / 1000.0
-    if retry_after_exceeded(retry_after, policy):
-        return Decision("agent", exhausted="retry_after")  # never slept: the envelope says how long
-    delay = backoff_delay(
-        attempts - 1, policy=policy, rng=rng, retry_after=retry_after, remaining=remaining
+    remaining = None if policy.deadline_s is None else policy.deadline_s - (elapsed or 0.0)
+    wait = retry_wait(
+        error,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        remaining=remaining,
+        policy=policy,
+        rng=rng,
     )
-    if delay is None:
-        return Decision("agent", exhausted="deadline")
-    return Decision("retry", delay=delay)
+    if isinstance(wait, str):
+        return Decision("agent", exhausted=cast("ExhaustionReason", wait))
+    return Decision("retry", delay=wait)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelStep:
+    """What to do after a model call failed."""
+
+    action: Literal["retry", "fallback", "raise"]
+    delay: float = 0.0
+    """Seconds to wait before the retry."""
+    reason: str = ""
+    """``transient`` (a retry), else why the model was left: ``max_attempts``,
+    ``deadline``, ``retry_after`` (a Retry-After beyond ``policy.max_retry_after``
+    and no fallback), ``retry_after_too_long`` (a Retry-After not waited for
+    because a fallback can serve the call), or the failure class that decided."""
+
+
+def decide_model(
+    error: ToolError,
+    *,
+    attempts: int,
+    policy: ResiliencePolicy,
+    rng: random.Random,
+    elapsed: float,
+    has_fallback: bool,
+    fallback_on: frozenset[FailureClass] = DEFAULT_FALLBACK_ON,
+) -> ModelStep:
+    """Decide the next step after an attempt on one model of a chain failed.
+
+    `attempts` counts the attempts made on this model in this call, the failed one
+    included, as for tools (and as the envelope's ``error.attempt`` and the events
+    do). TRANSIENT errors are retried (`retry_wait`) while ``policy.max_attempts``
+    and ``policy.deadline`` allow. A Retry-After beyond ``policy.max_retry_after``
+    falls back when the next model can take the call (``retry_after_too_long``),
+    else it is raised (``retry_after``), never slept; when the next model can take
+    the call, a Retry-After beyond ``policy.max_delay`` is not waited for either. A
+    failure that is not retried falls back when its class is in `fallback_on` and a
+    next model exists, else it is raised.
+
+    >>> err = ToolError(type="HTTPError", failure_class="policy", message="401",
+    ...                 suggested_action="ask_human", retriable=False)
+    >>> decide_model(err, attempts=1, policy=ResiliencePolicy(), rng=random.Random(0),
+    ...              elapsed=0.0, has_fallback=True).action
+    'raise'
+    """
+    reason = error.failure_class.value
+    can_fall_back = has_fallback and error.failure_class in fallback_on
+    if error.retriable:
+        wait = retry_wait(
+            error,
+            attempts=attempts,
+            max_attempts=policy.max_attempts,
+            remaining=None if policy.deadline_s is None else policy.deadline_s - elapsed,
+            policy=policy,
+            rng=rng,
+            patience=policy.max_delay_s if can_fall_back else None,
+        )
+        if not isinstance(wait, str):
+            return ModelStep("retry", wait, "transient")
+        reason = "retry_after_too_long" if wait == "retry_after" and can_fall_back else wait
+    if can_fall_back:
+        return ModelStep("fallback", reason=reason)
+    return ModelStep("raise", reason=reason)

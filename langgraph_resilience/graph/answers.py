@@ -170,17 +170,12 @@ def loop_error(call: ToolCall, key: str, kind: LoopKind, count: int) -> ToolErro
         if kind == "repeat"
         else "the calls alternate between the same two requests"
     )
-    return ToolError(
-        type="LoopDetectedError",
-        failure_class=FailureClass.STRUCTURAL,
-        message=f"Loop detected: {what}; it was not executed. Change the approach "
-        "or the arguments, or ask the user.",
-        suggested_action="ask_human",
-        retriable=False,
-        tool=call["name"],
-        call_id=call["id"],
-        context={"loop": kind, "call_key": key, "count": count},
+    message = (
+        f"Loop detected: {what}; it was not executed. Change the approach "
+        "or the arguments, or ask the user."
     )
+    context = {"loop": kind, "call_key": key, "count": count}
+    return _not_run(call, "LoopDetectedError", message, context, call_id=call["id"])
 
 
 def last_error(record: CallRecord | None) -> ToolError | None:
@@ -194,16 +189,27 @@ def call_id_error(call: ToolCall, count: int) -> ToolError:
     """The envelope of a call whose id is missing or shared with another call of its
     message: its answer could not be matched to it, so it is not run."""
     what = "has no id" if not call["id"] else f"shares its id with {count - 1} other call(s)"
+    message = (
+        f"this tool call {what} in the same message, so its answer could not be "
+        "told apart; it was not executed. Issue each call with its own id."
+    )
+    context = {"call_id": call["id"] or None, "duplicates": count if call["id"] else 0}
+    return _not_run(call, "InvalidCallId", message, context, call_id=call["id"] or None)
+
+
+def _not_run(
+    call: ToolCall, kind: str, message: str, context: dict[str, Any], *, call_id: str | None
+) -> ToolError:
+    """A STRUCTURAL refusal of a call that was not executed: the agent must change it."""
     return ToolError(
-        type="InvalidCallId",
+        type=kind,
         failure_class=FailureClass.STRUCTURAL,
-        message=f"this tool call {what} in the same message, so its answer could not be "
-        "told apart; it was not executed. Issue each call with its own id.",
+        message=message,
         suggested_action="ask_human",
         retriable=False,
         tool=call["name"],
-        call_id=call["id"] or None,
-        context={"call_id": call["id"] or None, "duplicates": count if call["id"] else 0},
+        call_id=call_id,
+        context=context,
     )
 
 

@@ -35,6 +35,7 @@ from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,
@@ -166,19 +167,19 @@ Compensate = Callable[[str, RunnableConfig], Any]
 """``compensate(thread_id, config)``: undo the thread's recorded effects (a report)."""
 
 
-class EscalateNode:
+class EscalateNode(ResilienceNode):
     """Asks a human about each call of the turn waiting for escalation, then applies it."""
 
     def __init__(
         self,
         *,
-        policy: ResiliencePolicy,
+        policy: ResiliencePolicy | None = None,
         tools_by_name: Mapping[str, BaseTool] | None = None,
         compensate: Compensate | None = None,
         acompensate: Callable[[str, RunnableConfig], Awaitable[Any]] | None = None,
         messages_key: str = "messages",
     ) -> None:
-        self.policy = policy
+        self.policy = policy or ResiliencePolicy()
         self.tools_by_name = dict(tools_by_name or {})
         self.compensate = compensate
         self.acompensate = acompensate
@@ -248,15 +249,7 @@ class EscalateNode:
             )
             updated: CallRecord = dict(record)  # type: ignore[assignment]
             if resolution.action in ("retry", "edit"):
-                if resolution.args is not None:
-                    # "[REDACTED]" sent back (the payload masks secrets) keeps the real value
-                    args = unmask_args(resolution.args, record.get("args", {}))
-                    tool = record.get("served_by") or record["tool"]
-                    updated["args"] = args
-                    updated["key"] = call_key(tool, args, noise_fields=self.policy.noise_fields)
-                updated["status"] = "scheduled"
-                updated["due"] = None  # run at once: next_step routes straight to tools
-                updated["approved"] = True  # a human vouched: an unknown outcome may rerun
+                self._rerun(updated, resolution)
             else:
                 updated["status"] = "failed"
                 messages.append(_answered(error, resolution, by="human"))
@@ -266,18 +259,40 @@ class EscalateNode:
                     informed[str(unknown)] = task_id
             updates[slot] = updated
         if aborted:  # nothing of this turn may stay unanswered once the task ends
-            for slot in current_slots(state, self.messages_key):
-                left = calls.get(slot)
-                if left is not None and left["status"] == "replan" and left["error"]:
-                    error = ToolError.model_validate(left["error"])
-                    updates[slot] = {**left, "status": "failed"}
-                    messages.append(_answered(error, Resolution(action="abort"), by="abort"))
+            self._end_replans(state, calls, updates, messages)
         delta: Ledger = {"calls": updates, "events": {"escalation": len(waiting)}}
         if informed:
             delta["informed"] = informed
         if aborted:
             delta["task"] = {"id": task_id, "aborted": True}
         return {self.messages_key: messages, "resilience": delta}, aborted
+
+    def _rerun(self, record: CallRecord, resolution: Resolution) -> None:
+        """Schedule a call the human let run again, with their arguments if they edited."""
+        if resolution.args is not None:
+            # "[REDACTED]" sent back (the payload masks secrets) keeps the real value
+            args = unmask_args(resolution.args, record.get("args", {}))
+            tool = record.get("served_by") or record["tool"]
+            record["args"] = args
+            record["key"] = call_key(tool, args, noise_fields=self.policy.noise_fields)
+        record["status"] = "scheduled"
+        record["due"] = None  # run at once: next_step routes straight to tools
+        record["approved"] = True  # a human vouched: an unknown outcome may rerun
+
+    def _end_replans(
+        self,
+        state: Any,
+        calls: Mapping[str, CallRecord],
+        updates: dict[str, CallRecord],
+        messages: list[AnyMessage],
+    ) -> None:
+        """An aborted task answers the calls of this turn still waiting for a replan."""
+        for slot in current_slots(state, self.messages_key):
+            left = calls.get(slot)
+            if left is not None and left["status"] == "replan" and left["error"]:
+                error = ToolError.model_validate(left["error"])
+                updates[slot] = {**left, "status": "failed"}
+                messages.append(_answered(error, Resolution(action="abort"), by="abort"))
 
 
 def _announce(thread_id: str, report: Any) -> None:

@@ -26,6 +26,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from langgraph_resilience.core.backoff import ledger_retry_delay
+from langgraph_resilience.core.effects import Claim, EffectStatus, IdempotencyRecord, claim_action
 from langgraph_resilience.core.flow import Call, Flow, Sleep
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import (
@@ -40,12 +41,6 @@ from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.graph.in_flight import Settled, asettle, settle
 from langgraph_resilience.stores.effect_ledger import EffectLedger
 from langgraph_resilience.stores.fencing import acheck_fence, check_fence
-from langgraph_resilience.stores.ledger import (
-    Claim,
-    EffectStatus,
-    IdempotencyRecord,
-    claim_action,
-)
 
 __all__ = [
     "Effect",

@@ -40,10 +40,9 @@ retries by exception *type* with its own wall-clock sleeps, so it cannot tell a
 Retry-After, and ignores the injected clock; ``with_fallbacks`` falls through
 on any exception. Neither counts outcomes, so a dead primary would still be
 called (and retried) on every turn, and both return a runnable rather than a
-chat model. The decision step here is one pure function, `next_step`, and the
-call sequence one generator (`ResilientChatModel._flow`) driven by a sync and
-an async driver that differ only in ``invoke``/``ainvoke``, ``sleep``/``asleep``
-and the store's sync/async methods (the pattern of httpx's ``auth_flow``).
+chat model. The decision step here is one pure function, `core.decide.decide_model`
+(on the same retry rule as tools), and the call sequence one `core.flow` flow
+(`ResilientChatModel._flow`) driven by the package's one sync and one async driver.
 
 Streaming yields the whole reply at once: streaming tokens through a chain that
 may retry would show the user the partial output of a failed attempt.
@@ -56,7 +55,7 @@ import dataclasses
 import enum
 import random
 import warnings
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
@@ -73,9 +72,11 @@ from langgraph.constants import TAG_NOSTREAM
 from langgraph.errors import GraphBubbleUp
 from pydantic import ConfigDict, InstanceOf
 
-from langgraph_resilience.core.backoff import backoff_delay, retry_after_exceeded
+from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore, Outcome
 from langgraph_resilience.core.classify import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
+from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON, ModelStep, decide_model
+from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.errors import (
     CircuitOpenError,
@@ -85,27 +86,16 @@ from langgraph_resilience.errors import (
     ToolError,
 )
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.stores.breakers import (
-    Admission,
-    BreakerConfig,
-    BreakerStore,
-    InMemoryBreakerStore,
-    Outcome,
-    Transition,
-)
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 
 __all__ = [
     "DEFAULT_FALLBACK_ON",
     "ModelStep",
     "ResilientChatModel",
+    "decide_model",
     "model_key",
-    "next_step",
     "resilient_model",
 ]
-
-DEFAULT_FALLBACK_ON = frozenset({FailureClass.TRANSIENT, FailureClass.STRUCTURAL})
-"""Failure classes that hand a call to the next model: an overloaded or missing model.
-Add POLICY to fall back on a provider's 401/403/quota refusal too."""
 
 
 class _Default(enum.Enum):
@@ -132,114 +122,24 @@ def model_key(model: BaseChatModel, index: int) -> str:
     return f"model:{type(model).__name__}:#{index}"
 
 
-# ------------------------------------------------------------------ pure decision
+# ------------------------------------------------------------------ the flow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ModelStep:
-    """What to do after a model call failed."""
+class _Request:
+    """One call of the chain: what every model is asked, and when the call began."""
 
-    action: Literal["retry", "fallback", "raise"]
-    delay: float = 0.0
-    """Seconds to wait before the retry."""
-    reason: str = ""
-    """``transient`` (a retry), else why the model was left: ``max_attempts``,
-    ``deadline``, ``retry_after`` (a Retry-After beyond ``policy.max_retry_after``
-    and no fallback), ``retry_after_too_long`` (a Retry-After not waited for
-    because a fallback can serve the call), or the failure class that decided."""
-
-
-def next_step(
-    error: ToolError,
-    *,
-    attempt: int,
-    policy: ResiliencePolicy,
-    rng: random.Random,
-    elapsed: float,
-    has_fallback: bool,
-    fallback_on: frozenset[FailureClass] = DEFAULT_FALLBACK_ON,
-) -> ModelStep:
-    """Decide the next step after an attempt on one model failed.
-
-    `attempt` is 0-based: the index of the attempt that just failed on this model
-    in this call (0 for its first call), so ``attempt + 1`` attempts have been
-    made; the retry it may schedule waits ``backoff_delay(attempt, ...)`` (retry
-    number `attempt`, 0-based, in `backoff_delay`'s terms). Everything reported
-    outside is 1-based, as for tools: the envelope's ``error.attempt`` and the
-    ``attempts`` of the ``model_fallback`` / ``model_gave_up`` events count the
-    attempts made (``attempt + 1``), and a ``model_retry`` event's ``attempt`` is
-    the number of the attempt that failed.
-
-    Retriable (TRANSIENT) errors are retried with `backoff_delay` while
-    ``policy.max_attempts`` and ``policy.deadline`` allow. A server's Retry-After
-    is slept only up to ``policy.max_retry_after``: a longer one falls back when
-    the next model can take the call (``retry_after_too_long``), else it is
-    raised (``retry_after``), never slept. When the next model can take the call
-    a Retry-After longer than ``policy.max_delay`` is not waited for either; and
-    no wait is started that would not end before the deadline (``deadline``). A
-    failure that is not retried falls back when its class is in `fallback_on`
-    and a next model exists, else it is raised.
-
-    >>> err = ToolError(type="HTTPError", failure_class="policy", message="401",
-    ...                 suggested_action="ask_human", retriable=False)
-    >>> next_step(err, attempt=0, policy=ResiliencePolicy(), rng=random.Random(0),
-    ...           elapsed=0.0, has_fallback=True).action
-    'raise'
-    """
-    reason = error.failure_class.value
-    can_fall_back = has_fallback and error.failure_class in fallback_on
-    if error.retriable:
-        remaining = None if policy.deadline_s is None else policy.deadline_s - elapsed
-        retry_after = None if error.retry_after_ms is None else error.retry_after_ms / 1000.0
-        if attempt + 1 >= policy.max_attempts:
-            reason = "max_attempts"
-        elif remaining is not None and remaining <= 0:
-            reason = "deadline"
-        elif retry_after_exceeded(retry_after, policy):
-            reason = "retry_after_too_long" if can_fall_back else "retry_after"
-        elif can_fall_back and retry_after is not None and retry_after > policy.max_delay_s:
-            reason = "retry_after_too_long"
-        else:
-            delay = backoff_delay(
-                attempt, policy=policy, rng=rng, retry_after=retry_after, remaining=remaining
-            )
-            if delay is not None:
-                return ModelStep("retry", delay, "transient")
-            reason = "deadline"
-    if can_fall_back:
-        return ModelStep("fallback", reason=reason)
-    return ModelStep("raise", reason=reason)
-
-
-# ------------------------------------------------------- the flow and its actions
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Acquire:
-    index: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Invoke:
-    index: int
-    probe: bool
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Record:
-    index: int
-    outcome: Outcome
-    probe: bool
-    duration: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Sleep:
-    seconds: float
+    messages: list[BaseMessage]
+    config: RunnableConfig | None
+    stop: list[str] | None
+    kwargs: dict[str, Any]
+    started: float
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Result:
+    """How one attempt on one model ended."""
+
     message: BaseMessage | None
     error: Exception | None
     duration: float
@@ -249,8 +149,28 @@ class _Result:
     """The clock's wall time then (for HTTP-date Retry-After headers)."""
 
 
-_Action = _Acquire | _Invoke | _Record | _Sleep
-_Flow = Generator[_Action, Any, BaseMessage]
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Failed:
+    """An attempt that failed, classified once, with what was decided about it."""
+
+    error: Exception
+    envelope: ToolError
+    step: ModelStep
+    attempts: int
+    """Attempts made on this model in this call, the failed one included."""
+    probe: bool
+    duration: float
+
+
+def _refused(key: str, retry_after: float, previous: Exception | None) -> CircuitOpenError:
+    """A model skipped because its breaker is open (after `previous`, when a retry found
+    it opened meanwhile)."""
+    refused = CircuitOpenError(key, retry_after)
+    refused.__cause__ = previous
+    emit(
+        Event("model_skipped", model=key, reason="circuit_open", retry_after=round(retry_after, 6))
+    )
+    return refused
 
 
 def _give_up(failures: list[tuple[str, BaseException]]) -> BaseException:
@@ -319,8 +239,8 @@ class ResilientChatModel(BaseChatModel):
 
     # ------------------------------------------------------------------ flow
 
-    def _flow(self, started: float) -> _Flow:
-        """The call sequence as actions for a driver; returns the reply or raises.
+    def _flow(self, request: _Request) -> Flow[BaseMessage]:
+        """The call sequence as `core.flow` actions; returns the reply or raises.
 
         Every attempt asks the model's breaker first (another call may have
         opened it meanwhile), but the breaker hears of this call once per model:
@@ -332,199 +252,167 @@ class ResilientChatModel(BaseChatModel):
         the breaker records nothing either (an open breaker ignores outcomes).
         """
         failures: list[tuple[str, BaseException]] = []
-        last = len(self.chain) - 1
-        for index, key in enumerate(self.keys):
-            attempt, previous = 0, None
-            while True:
-                probe = False
-                if self.breaker is not None:
-                    admission: Admission = yield _Acquire(index)
-                    if not admission.allowed:
-                        refused = CircuitOpenError(key, admission.retry_after)
-                        refused.__cause__ = previous  # the attempt before, opened meanwhile
-                        failures.append((key, refused))
-                        emit(
-                            Event(
-                                "model_skipped",
-                                model=key,
-                                reason="circuit_open",
-                                retry_after=round(admission.retry_after, 6),
-                            )
-                        )
-                        break
-                    probe = admission.probe
-                result: _Result = yield _Invoke(index, probe)
-                if result.error is None and result.message is not None:
-                    if self.breaker is not None:
-                        yield _Record(index, None, probe, result.duration)
-                    if failures:
-                        emit(
-                            Event(
-                                "model_fallback_served", model=key, after=[k for k, _ in failures]
-                            )
-                        )
-                    return result.message
-                error = result.error or RuntimeError(f"{key} returned no message")
-                envelope = classify(error, tool=key, attempt=attempt + 1, now=result.wall)
-                step = next_step(
-                    envelope,
-                    attempt=attempt,
-                    policy=self.policy,
-                    rng=self.rng,
-                    elapsed=result.finished_at - started,
-                    has_fallback=index < last,
-                    fallback_on=self.fallback_on,
-                )
-                if self.breaker is not None and (probe or step.action != "retry"):
-                    # The call leaves this model with this failure, or a probe decides now.
-                    transition: Transition | None = yield _Record(
-                        index, envelope.failure_class, probe, result.duration
-                    )
-                    reopened = transition is not None and transition.target == "open"
-                    if step.action == "retry" and reopened:
-                        # The failed probe reopened the breaker: a retry would be refused.
-                        refused = CircuitOpenError(key, self.breaker.open_duration_s)
-                        refused.__cause__ = error
-                        failures.append((key, refused))
-                        emit(Event("model_skipped", model=key, reason="circuit_opened"))
-                        break
-                if step.action == "retry":
-                    emit(
-                        Event(
-                            "model_retry",
-                            model=key,
-                            attempt=attempt + 1,
-                            delay=round(step.delay, 6),
-                            failure_class=envelope.failure_class.value,
-                        )
-                    )
-                    yield _Sleep(step.delay)
-                    attempt, previous = attempt + 1, error
-                    continue
-                failures.append((key, error))
-                emit(
-                    Event(
-                        "model_fallback" if step.action == "fallback" else "model_gave_up",
-                        model=key,
-                        attempts=attempt + 1,
-                        failure_class=envelope.failure_class.value,
-                        reason=step.reason,
-                    )
-                )
-                if step.action == "fallback":
-                    break
-                raise _give_up(failures) if len(failures) > 1 else error
+        for index in range(len(self.chain)):
+            reply = yield from self._on_model(request, index, failures)
+            if reply is not None:
+                return reply
         raise _give_up(failures)
 
-    # --------------------------------------------------------------- drivers
+    def _on_model(
+        self, request: _Request, index: int, failures: list[tuple[str, BaseException]]
+    ) -> Flow[BaseMessage | None]:
+        """Attempts on one model: its reply, or None after a failure it falls back on."""
+        key, attempts, previous = self.keys[index], 0, None
+        while True:
+            probe = False
+            if self.breaker is not None:
+                admission = yield Call(
+                    self.store.acquire, self.store.aacquire, (key, self.breaker, self.clock.time())
+                )
+                if not admission.allowed:
+                    failures.append((key, _refused(key, admission.retry_after, previous)))
+                    return None
+                probe = admission.probe
+            result: _Result = yield Call(self._invoke, self._ainvoke, (request, index, probe))
+            attempts += 1
+            if result.error is None and result.message is not None:
+                if self.breaker is not None:
+                    yield self._store_call(key, None, probe, result.duration)
+                if failures:
+                    served = [k for k, _ in failures]
+                    emit(Event("model_fallback_served", model=key, after=served))
+                return result.message
+            failed = self._judge(request, index, attempts, probe, result)
+            if not (yield from self._after_failure(key, failed, failures)):
+                return None
+            previous = failed.error
 
-    def _drive(
+    def _judge(
+        self, request: _Request, index: int, attempts: int, probe: bool, result: _Result
+    ) -> _Failed:
+        """Classify a failed attempt once and decide what follows it."""
+        key = self.keys[index]
+        error = result.error or RuntimeError(f"{key} returned no message")
+        envelope = classify(error, tool=key, attempt=attempts, now=result.wall)
+        step = decide_model(
+            envelope,
+            attempts=attempts,
+            policy=self.policy,
+            rng=self.rng,
+            elapsed=result.finished_at - request.started,
+            has_fallback=index < len(self.chain) - 1,
+            fallback_on=self.fallback_on,
+        )
+        return _Failed(error, envelope, step, attempts, probe, result.duration)
+
+    def _after_failure(
+        self, key: str, failed: _Failed, failures: list[tuple[str, BaseException]]
+    ) -> Flow[bool]:
+        """Carry out the decision on a failed attempt: True to retry the model, False to
+        fall back; a failure that is raised leaves the flow."""
+        step, failure_class, attempts = failed.step, failed.envelope.failure_class, failed.attempts
+        if self.breaker is not None and (failed.probe or step.action != "retry"):
+            # The call leaves this model with this failure, or a probe decides now.
+            transition = yield self._store_call(key, failure_class, failed.probe, failed.duration)
+            if step.action == "retry" and transition is not None and transition.target == "open":
+                # The failed probe reopened the breaker: a retry would be refused.
+                refused = CircuitOpenError(key, self.breaker.open_duration_s)
+                refused.__cause__ = failed.error
+                failures.append((key, refused))
+                emit(Event("model_skipped", model=key, reason="circuit_opened"))
+                return False
+        if step.action == "retry":
+            delay = round(step.delay, 6)
+            emit(
+                Event(
+                    "model_retry",
+                    model=key,
+                    attempt=attempts,
+                    delay=delay,
+                    failure_class=failure_class.value,
+                )
+            )
+            yield Sleep(step.delay)
+            return True
+        failures.append((key, failed.error))
+        emit(
+            Event(
+                "model_fallback" if step.action == "fallback" else "model_gave_up",
+                model=key,
+                attempts=attempts,
+                failure_class=failure_class.value,
+                reason=step.reason,
+            )
+        )
+        if step.action == "fallback":
+            return False
+        raise _give_up(failures) if len(failures) > 1 else failed.error
+
+    def _store_call(self, key: str, outcome: Outcome, probe: bool, duration: float) -> Call:
+        """Record one call's outcome on a model's breaker."""
+        store, args = self.store, (key, self.breaker, self.clock.time(), outcome)
+        return Call(store.record, store.arecord, args, {"probe": probe, "duration": duration})
+
+    # --------------------------------------------------------------- one attempt
+
+    def _invoke(self, request: _Request, index: int, probe: bool) -> _Result:
+        """Ask one model; a failure is returned, an interrupt gives the permit back."""
+        started = self.clock.monotonic()
+        try:
+            message = self.chain[index].invoke(
+                request.messages, request.config, stop=request.stop, **request.kwargs
+            )
+        except GraphBubbleUp:
+            self._release(index, probe)
+            raise
+        except Exception as exc:
+            return self._result(None, exc, started)
+        except BaseException:
+            self._release(index, probe)
+            raise
+        return self._result(message, None, started)
+
+    async def _ainvoke(self, request: _Request, index: int, probe: bool) -> _Result:
+        """Async `_invoke` (a cancelled call gives its permit back, shielded)."""
+        started = self.clock.monotonic()
+        try:
+            message = await self.chain[index].ainvoke(
+                request.messages, request.config, stop=request.stop, **request.kwargs
+            )
+        except GraphBubbleUp:
+            await self._arelease(index, probe)
+            raise
+        except Exception as exc:
+            return self._result(None, exc, started)
+        except BaseException:  # cancelled: no outcome, give the permit back
+            await asyncio.shield(self._arelease(index, probe))
+            raise
+        return self._result(message, None, started)
+
+    def _result(
+        self, message: BaseMessage | None, error: Exception | None, started: float
+    ) -> _Result:
+        ended = self.clock.monotonic()
+        return _Result(message, error, ended - started, ended, self.clock.time())
+
+    def _release(self, index: int, probe: bool) -> None:
+        if self.breaker is not None:
+            self.store.release(self.keys[index], self.breaker, self.clock.time(), probe=probe)
+
+    async def _arelease(self, index: int, probe: bool) -> None:
+        if self.breaker is not None:
+            await self.store.arelease(
+                self.keys[index], self.breaker, self.clock.time(), probe=probe
+            )
+
+    def _request(
         self,
         messages: list[BaseMessage],
-        config: RunnableConfig | None,
+        run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None,
         stop: list[str] | None,
         kwargs: dict[str, Any],
-    ) -> BaseMessage:
-        clock, store, cfg = self.clock, self.store, self.breaker
-        flow = self._flow(clock.monotonic())
-        reply: Any = None
-        try:
-            while True:
-                action = flow.send(reply)
-                reply = None
-                if isinstance(action, _Acquire):
-                    assert cfg is not None
-                    reply = store.acquire(self.keys[action.index], cfg, clock.time())
-                elif isinstance(action, _Invoke):
-                    key, started = self.keys[action.index], clock.monotonic()
-                    try:
-                        message = self.chain[action.index].invoke(
-                            messages, config, stop=stop, **kwargs
-                        )
-                    except GraphBubbleUp:
-                        if cfg is not None:
-                            store.release(key, cfg, clock.time(), probe=action.probe)
-                        raise
-                    except Exception as exc:
-                        ended = clock.monotonic()
-                        reply = _Result(None, exc, ended - started, ended, clock.time())
-                    except BaseException:
-                        if cfg is not None:
-                            store.release(key, cfg, clock.time(), probe=action.probe)
-                        raise
-                    else:
-                        ended = clock.monotonic()
-                        reply = _Result(message, None, ended - started, ended, clock.time())
-                elif isinstance(action, _Record):
-                    assert cfg is not None
-                    reply = store.record(
-                        self.keys[action.index],
-                        cfg,
-                        clock.time(),
-                        action.outcome,
-                        probe=action.probe,
-                        duration=action.duration,
-                    )
-                else:
-                    clock.sleep(action.seconds)
-        except StopIteration as done:
-            result: BaseMessage = done.value
-            return result
-
-    async def _adrive(
-        self,
-        messages: list[BaseMessage],
-        config: RunnableConfig | None,
-        stop: list[str] | None,
-        kwargs: dict[str, Any],
-    ) -> BaseMessage:
-        clock, store, cfg = self.clock, self.store, self.breaker
-        flow = self._flow(clock.monotonic())
-        reply: Any = None
-        try:
-            while True:
-                action = flow.send(reply)
-                reply = None
-                if isinstance(action, _Acquire):
-                    assert cfg is not None
-                    reply = await store.aacquire(self.keys[action.index], cfg, clock.time())
-                elif isinstance(action, _Invoke):
-                    key, started = self.keys[action.index], clock.monotonic()
-                    try:
-                        message = await self.chain[action.index].ainvoke(
-                            messages, config, stop=stop, **kwargs
-                        )
-                    except GraphBubbleUp:
-                        if cfg is not None:
-                            await store.arelease(key, cfg, clock.time(), probe=action.probe)
-                        raise
-                    except Exception as exc:
-                        ended = clock.monotonic()
-                        reply = _Result(None, exc, ended - started, ended, clock.time())
-                    except BaseException:  # cancelled: no outcome, give the permit back
-                        if cfg is not None:
-                            await asyncio.shield(
-                                store.arelease(key, cfg, clock.time(), probe=action.probe)
-                            )
-                        raise
-                    else:
-                        ended = clock.monotonic()
-                        reply = _Result(message, None, ended - started, ended, clock.time())
-                elif isinstance(action, _Record):
-                    assert cfg is not None
-                    reply = await store.arecord(
-                        self.keys[action.index],
-                        cfg,
-                        clock.time(),
-                        action.outcome,
-                        probe=action.probe,
-                        duration=action.duration,
-                    )
-                else:
-                    await clock.asleep(action.seconds)
-        except StopIteration as done:
-            result: BaseMessage = done.value
-            return result
+    ) -> _Request:
+        return _Request(messages, _child_config(run_manager), stop, kwargs, self.clock.monotonic())
 
     def _generate(
         self,
@@ -533,7 +421,7 @@ class ResilientChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        message = self._drive(messages, _child_config(run_manager), stop, kwargs)
+        message = drive(self._flow(self._request(messages, run_manager, stop, kwargs)), self.clock)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     async def _agenerate(
@@ -543,7 +431,8 @@ class ResilientChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        message = await self._adrive(messages, _child_config(run_manager), stop, kwargs)
+        flow = self._flow(self._request(messages, run_manager, stop, kwargs))
+        message = await adrive(flow, self.clock)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 

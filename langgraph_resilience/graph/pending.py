@@ -24,6 +24,7 @@ from langgraph.types import Overwrite
 
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,
@@ -129,7 +130,7 @@ def answer_pending(
     return patched, settled
 
 
-class AnswerPendingNode:
+class AnswerPendingNode(ResilienceNode):
     """Runs at ``START``: answers the calls a stopped run left unanswered (`answer_pending`),
     and ends a replan that was running, so the new input starts from a valid history."""
 

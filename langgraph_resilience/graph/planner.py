@@ -59,6 +59,7 @@ from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph import state as ledger_state
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.router import Next, next_step
 from langgraph_resilience.graph.tools import error_message
 
@@ -108,7 +109,7 @@ class _Replan:
     request: list[BaseMessage]
 
 
-class PlannerNode:
+class PlannerNode(ResilienceNode):
     """Asks ``model`` for a verified `Plan` around the calls waiting for a replan."""
 
     def __init__(
@@ -400,7 +401,7 @@ def advance_plan(state: Any, messages_key: str = "messages") -> dict[str, Any]:
     return {messages_key: messages, "resilience": {"plan": record}}
 
 
-class PlanExecutorNode:
+class PlanExecutorNode(ResilienceNode):
     """Runs the accepted plan: records the last layer's results, issues the next layer."""
 
     def __init__(self, *, messages_key: str = "messages") -> None:

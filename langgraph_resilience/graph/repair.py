@@ -36,10 +36,13 @@ from langgraph.errors import GraphBubbleUp
 
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
 from langgraph_resilience.errors import ExhaustionReason, ToolError
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,
@@ -98,6 +101,10 @@ def repair_prompt(
     ]
 
 
+_NEVER_WAITS = SystemClock()
+"""The drivers' clock: asking for repairs never sleeps."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Request:
     slot: str
@@ -108,7 +115,7 @@ class _Request:
     prompt: list[BaseMessage]
 
 
-class RepairNode:
+class RepairNode(ResilienceNode):
     """Asks `model` to re-issue each call of the turn that waits for repair."""
 
     def __init__(
@@ -116,12 +123,12 @@ class RepairNode:
         *,
         model: BaseChatModel,
         tools_by_name: Mapping[str, BaseTool],
-        policy: ResiliencePolicy,
+        policy: ResiliencePolicy | None = None,
         messages_key: str = "messages",
     ) -> None:
         self.model = model
         self.tools_by_name = dict(tools_by_name)
-        self.policy = policy
+        self.policy = policy or ResiliencePolicy()
         self.messages_key = messages_key
 
     def _requests(self, state: Any) -> tuple[list[_Request], int]:
@@ -147,24 +154,20 @@ class RepairNode:
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Sync body of the node."""
         requests, budget = self._requests(state)
-        replies: list[AIMessage | BaseException | None] = []
-        for request in requests:
-            if budget <= 0:
-                replies.append(None)
-                continue
-            budget -= 1
-            emit(Event("repair_requested", tool=request.tool.name, call_id=request.call_id))
-            try:
-                replies.append(self._bound(request.tool).invoke(request.prompt, config))
-            except GraphBubbleUp:
-                raise
-            except Exception as exc:
-                replies.append(exc)
+        replies = drive(self._ask(requests, budget, config), _NEVER_WAITS)
         return self._settle(state, requests, replies)
 
     async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Async body of the node."""
         requests, budget = self._requests(state)
+        replies = await adrive(self._ask(requests, budget, config), _NEVER_WAITS)
+        return self._settle(state, requests, replies)
+
+    def _ask(
+        self, requests: list[_Request], budget: int, config: RunnableConfig
+    ) -> Flow[list[AIMessage | BaseException | None]]:
+        """Ask the model for each call's repair while the LLM budget lasts (None: no
+        budget left); a failed request is its exception, an interrupt propagates."""
         replies: list[AIMessage | BaseException | None] = []
         for request in requests:
             if budget <= 0:
@@ -172,13 +175,14 @@ class RepairNode:
                 continue
             budget -= 1
             emit(Event("repair_requested", tool=request.tool.name, call_id=request.call_id))
+            bound = self._bound(request.tool)
             try:
-                replies.append(await self._bound(request.tool).ainvoke(request.prompt, config))
+                replies.append((yield Call(bound.invoke, bound.ainvoke, (request.prompt, config))))
             except GraphBubbleUp:
                 raise
             except Exception as exc:
                 replies.append(exc)
-        return self._settle(state, requests, replies)
+        return replies
 
     def _settle(
         self,
@@ -195,30 +199,9 @@ class RepairNode:
         llm_calls = 0
         for request, reply in zip(requests, replies, strict=True):
             record: CallRecord = dict(request.record)  # type: ignore[assignment]
-            error = request.error
-            outcome: RepairOutcome
-            new_args: dict[str, Any] | None = None
-            if reply is None:
-                outcome = "no_budget"
-            else:
+            if reply is not None:
                 llm_calls += 1
-                record["repairs"] = record.get("repairs", 0) + 1
-                if isinstance(reply, BaseException):
-                    outcome = "model_error"
-                    error = error.model_copy(
-                        update={
-                            "context": {
-                                **error.context,
-                                "repair_error": classify(reply).message,
-                            }
-                        }
-                    )
-                elif not isinstance(reply, AIMessage) or not reply.tool_calls:
-                    outcome = "no_tool_call"
-                else:
-                    # a masked value sent back ("password": "[REDACTED]") keeps the real one
-                    new_args = unmask_args(reply.tool_calls[0]["args"], record.get("args", {}))
-                    outcome = self._judge(request, record, new_args, seen)
+            outcome, error, new_args = self._read(request, record, reply, seen)
             events[outcome] = events.get(outcome, 0) + 1
             emit(
                 Event(
@@ -230,16 +213,7 @@ class RepairNode:
                 )
             )
             if outcome == "repaired" and new_args is not None:
-                record["trail"] = [
-                    *(record.get("trail") or []),
-                    {"args": record.get("args", {}), "error": _summary(error)},
-                ]
-                record["args"] = new_args
-                record["key"] = call_key(
-                    request.tool.name, new_args, noise_fields=self.policy.noise_fields
-                )
-                record["status"] = "scheduled"
-                record["due"] = None  # run at once: next_step routes straight to tools
+                self._rerun(request, record, new_args, error)
             else:
                 exhausted = self._exhausted(record, llm_calls, state)
                 if exhausted is None:
@@ -256,6 +230,41 @@ class RepairNode:
             "events": {f"repair_{k}": v for k, v in events.items()},
         }
         return {self.messages_key: messages, "resilience": delta}
+
+    def _read(
+        self,
+        request: _Request,
+        record: CallRecord,
+        reply: AIMessage | BaseException | None,
+        seen: dict[str, int],
+    ) -> tuple[RepairOutcome, ToolError, dict[str, Any] | None]:
+        """What one reply amounts to: its outcome, the envelope to answer with if it
+        fails, and the new arguments it proposes (counting the repair it spent)."""
+        error = request.error
+        if reply is None:
+            return "no_budget", error, None
+        record["repairs"] = record.get("repairs", 0) + 1
+        if isinstance(reply, BaseException):
+            context = {**error.context, "repair_error": classify(reply).message}
+            return "model_error", error.model_copy(update={"context": context}), None
+        if not isinstance(reply, AIMessage) or not reply.tool_calls:
+            return "no_tool_call", error, None
+        # a masked value sent back ("password": "[REDACTED]") keeps the real one
+        new_args = unmask_args(reply.tool_calls[0]["args"], record.get("args", {}))
+        return self._judge(request, record, new_args, seen), error, new_args
+
+    def _rerun(
+        self, request: _Request, record: CallRecord, new_args: dict[str, Any], error: ToolError
+    ) -> None:
+        """Schedule the call again at once with the repaired arguments, keeping a trail."""
+        record["trail"] = [
+            *(record.get("trail") or []),
+            {"args": record.get("args", {}), "error": _summary(error)},
+        ]
+        record["args"] = new_args
+        record["key"] = call_key(request.tool.name, new_args, noise_fields=self.policy.noise_fields)
+        record["status"] = "scheduled"
+        record["due"] = None  # run at once: next_step routes straight to tools
 
     def _judge(
         self,

@@ -12,8 +12,9 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.state import Ledger, current_slots, read_ledger
 
 __all__ = ["RetryNode", "next_due"]
@@ -30,11 +31,11 @@ def next_due(ledger: Ledger, slots: list[str]) -> float | None:
     return min(dues) if dues else None
 
 
-class RetryNode:
+class RetryNode(ResilienceNode):
     """Waits (through the injected clock) until the next scheduled retry is due."""
 
-    def __init__(self, *, clock: Clock, messages_key: str = "messages") -> None:
-        self.clock = clock
+    def __init__(self, *, clock: Clock | None = None, messages_key: str = "messages") -> None:
+        self.clock = clock or SystemClock()
         self.messages_key = messages_key
 
     def _wait(self, state: Any) -> tuple[float, list[str]]:

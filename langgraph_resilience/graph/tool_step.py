@@ -19,6 +19,7 @@ from langgraph.prebuilt.tool_node import ToolInvocationError
 
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.decide import Decision, decide, decide_repair, unrecovered
+from langgraph_resilience.core.partial import PartialResult, as_partial_result, failed_items
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import CircuitOpenError, FailureClass, ToolError, ToolGoneError
 from langgraph_resilience.events import Event, emit
@@ -40,7 +41,6 @@ from langgraph_resilience.graph.state import (
     read_ledger,
 )
 from langgraph_resilience.graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
-from langgraph_resilience.stores.ledger import PartialResult, as_partial_result, failed_items
 
 __all__ = ["Step", "finish_step"]
 

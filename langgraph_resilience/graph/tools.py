@@ -28,10 +28,25 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 
+from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
+from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.canonical import canonical_args
 from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
-from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.core.clock import Clock, SystemClock
+from langgraph_resilience.core.compensation import (
+    CompensationReport,
+    acompensate_thread,
+    compensate_thread,
+)
+from langgraph_resilience.core.effects import (
+    IdempotencyStore,
+    SagaLog,
+    effect_fingerprint,
+    idempotency_key,
+    item_idempotency_key,
+)
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.core.partial import as_partial_result
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.validation import Coercion, check_output, coerce_args
@@ -53,6 +68,7 @@ from langgraph_resilience.graph.answers import (
     tool_error_of,
     with_coercions,
 )
+from langgraph_resilience.graph.bulkhead import BulkheadFullError
 from langgraph_resilience.graph.exactly_once import (
     Effect,
     EffectNotDone,
@@ -62,35 +78,16 @@ from langgraph_resilience.graph.exactly_once import (
     current_item_keys,
     effect_context,
     exactly_once,
-    outcome_of,
 )
-from langgraph_resilience.graph.in_flight import arun_with_timeout, run_with_timeout
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
+from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
 from langgraph_resilience.graph.tool_step import finish_step
-from langgraph_resilience.stores.breakers import (
-    BreakerConfig,
-    BreakerStore,
-    Bulkhead,
-    BulkheadFullError,
-    InMemoryBreakerStore,
-    InMemoryRetryBudgetStore,
-    PostgresRetryBudgetStore,
-    RetryBudget,
-)
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 from langgraph_resilience.stores.effect_ledger import EffectLedger, LedgerResolver
-from langgraph_resilience.stores.ledger import (
-    CompensationReport,
-    IdempotencyStore,
-    SagaLog,
-    acompensate_thread,
-    as_partial_result,
-    compensate_thread,
-    effect_fingerprint,
-    idempotency_key,
-    item_idempotency_key,
-)
 
 __all__ = [
+    "DEFAULT_BREAKER",
     "GuardedToolNode",
     "OutcomeUnknownError",
     "current_idempotency_key",
@@ -100,6 +97,9 @@ __all__ = [
 ]
 
 Answer = ToolMessage | Command[Any]
+
+DEFAULT_BREAKER = BreakerConfig()
+"""The breaker every tool gets unless told otherwise (`add_resilience`'s default too)."""
 
 _NOT_THE_TOOLS = (ConfigurationError, LedgerUnavailableError, ThreadLockLostError)
 """Our own misconfiguration, ledger or lock: never the tool's failure, always raised."""
@@ -125,16 +125,7 @@ _STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
 )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Admitted:
-    """A call the breaker let through: what to report back once it is done."""
-
-    key: str
-    probe: bool
-    started: float
-
-
-class GuardedToolNode:
+class GuardedToolNode(ResilienceNode):
     """Executes the latest `AIMessage`'s tool calls with classification and budgets.
 
     Use it through `add_resilience`, which also wires the router, the retry node and
@@ -146,8 +137,8 @@ class GuardedToolNode:
         self,
         tools: Sequence[BaseTool | Callable[..., Any]],
         *,
-        policy: ResiliencePolicy,
-        clock: Clock,
+        policy: ResiliencePolicy | None = None,
+        clock: Clock | None = None,
         profiles: Mapping[str, ToolProfile] | None = None,
         rules: Sequence[Rule] = DEFAULT_RULES,
         rng: random.Random | None = None,
@@ -155,38 +146,33 @@ class GuardedToolNode:
         can_repair: bool = False,
         can_replan: bool = False,
         can_escalate: bool = False,
-        breaker: BreakerConfig | None = None,
+        breaker: BreakerConfig | None = DEFAULT_BREAKER,
         breaker_store: BreakerStore | None = None,
         retry_budget: RetryBudget | None = None,
         retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
         idempotency: IdempotencyStore | None = None,
         saga: SagaLog | None = None,
     ) -> None:
-        self.policy = policy
-        self.clock = clock
+        self.policy = policy or ResiliencePolicy()
+        self.clock = clock or SystemClock()
         self.profiles = dict(profiles or {})
         self.rules = tuple(rules)
         self.messages_key = messages_key
-        self.breaker = breaker
-        self._counted = breaker.counted_classes if breaker is not None else frozenset()
-        # `is None`, not `or`: a store may define __len__, and an empty one is falsy
-        self.breaker_store: BreakerStore = (
-            InMemoryBreakerStore() if breaker_store is None else breaker_store
+        self.guards = ToolGuards(
+            policy=self.policy,
+            clock=self.clock,
+            profiles=self.profiles,
+            breaker=breaker,
+            breaker_store=breaker_store,
+            retry_budget=retry_budget,
+            retry_budget_store=retry_budget_store,
         )
-        self.retry_budget = retry_budget
-        self.retry_budget_store = retry_budget_store
-        if retry_budget_store is None and retry_budget is not None:
-            self.retry_budget_store = InMemoryRetryBudgetStore()
+        """Breakers, bulkheads, retry budget and timeouts of this node's tools."""
         self.idempotency = idempotency
         """The ledger passed to add_resilience, if any (else: see `effect_ledger`)."""
         self.saga = saga
         effects = any(p.side_effect for p in self.profiles.values())
         self._ledgers = LedgerResolver(idempotency=idempotency, saga=saga, needed=effects)
-        self._bulkheads = {
-            name: Bulkhead(name, max_concurrent=p.max_concurrent, max_wait=p.max_wait)
-            for name, p in self.profiles.items()
-            if p.max_concurrent is not None
-        }
         self._tool_node = ToolNode(
             list(tools),
             handle_tool_errors=False,
@@ -196,22 +182,27 @@ class GuardedToolNode:
         )
         self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
         self._check_batch_args()
-        self.settings = ToolSettings(
-            policy=policy,
+        self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
+        """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
+
+    def _settings(
+        self, rng: random.Random | None, can_repair: bool, can_replan: bool, can_escalate: bool
+    ) -> ToolSettings:
+        return ToolSettings(
+            policy=self.policy,
             profiles=self.profiles,
             rules=self.rules,
             tools=self.tools_by_name,
-            clock=clock,
+            clock=self.clock,
             rng=rng or random.Random(),
-            messages_key=messages_key,
+            messages_key=self.messages_key,
             can_repair=can_repair,
             can_replan=can_replan,
             can_escalate=can_escalate,
-            breaker_open=self._breaker_open,
-            deposit=self._deposit,
-            withdraw=self._withdraw,
+            breaker_open=self.guards.is_open,
+            deposit=self.guards.deposit,
+            withdraw=self.guards.withdraw,
         )
-        """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
 
     def _check_batch_args(self) -> None:
         for name, profile in self.profiles.items():
@@ -231,58 +222,11 @@ class GuardedToolNode:
         """The tools this node executes, by name."""
         return self._tool_node.tools_by_name
 
-    # ------------------------------------------------------------ breakers, budget
-
-    def breaker_key(self, tool: str) -> str:
-        """The breaker a tool reports to: its profile's `breaker_key`, else its name."""
-        profile = self.profiles.get(tool)
-        return profile.breaker_key if profile is not None and profile.breaker_key else tool
-
     def breaker_states(self) -> dict[str, str]:
         """Each tool's breaker status now (closed / open / half_open), for the planner."""
-        if self.breaker is None:
-            return {}
-        now = self.clock.time()
-        return {
-            name: self.breaker_store.snapshot(self.breaker_key(name)).status_at(self.breaker, now)
-            for name in self.tools_by_name
-        }
-
-    def _breaker_open(self, tool: str) -> bool:
-        """Whether `tool`'s breaker is open now (one store read, only for this tool)."""
-        if self.breaker is None:
-            return False
-        snapshot = self.breaker_store.snapshot(self.breaker_key(tool))
-        return snapshot.status_at(self.breaker, self.clock.time()) == "open"
-
-    def _deposit(self, tool: str, now: float) -> None:
-        if self.retry_budget is not None and self.retry_budget_store is not None:
-            self.retry_budget_store.deposit(self.breaker_key(tool), self.retry_budget, now)
-
-    def _withdraw(self, tool: str, now: float) -> bool:
-        if self.retry_budget is None or self.retry_budget_store is None:
-            return True
-        return self.retry_budget_store.try_withdraw(self.breaker_key(tool), self.retry_budget, now)
-
-    def _record(self, key: str, outcome: FailureClass | None, probe: bool, duration: float) -> Call:
-        store, cfg = self.breaker_store, self.breaker
-        args = (key, cfg, self.clock.time(), outcome)
-        return Call(store.record, store.arecord, args, {"probe": probe, "duration": duration})
-
-    def _reports(self, reports: Sequence[BreakerReport]) -> Flow[None]:
-        """Tell the breakers about the calls that left their tool failed in this step."""
-        if self.breaker is None:
-            return
-        for report in reports:
-            yield self._record(report.key, report.outcome, False, report.duration)
+        return self.guards.breaker_states(list(self.tools_by_name))
 
     # ------------------------------------------------------------ one call
-
-    def _timeout_for(self, tool: str) -> float | None:
-        profile = self.profiles.get(tool)
-        if profile is not None and profile.timeout_s is not None:
-            return profile.timeout_s
-        return self.policy.tool_timeout_s
 
     def _checked(self, call: ToolCall, result: Any) -> Answer:
         """Apply the tool's output contract to a result that looks successful."""
@@ -348,7 +292,7 @@ class GuardedToolNode:
             may_execute=call_id not in batch.spent,
             approved=call_id in batch.approved,
             told_before=batch.told_before(),
-            grace=self._timeout_for(call["name"]) or 0.0,
+            grace=self.guards.timeout_for(call["name"]) or 0.0,
         )
 
     def _item_keys(self, call: ToolCall, key: str, batch: Batch) -> tuple[str, ...] | None:
@@ -389,18 +333,11 @@ class GuardedToolNode:
         in_step = _STEP.get()
         if in_step is not None and call["name"] in in_step.gone:
             return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
-        admitted: _Admitted | None = None
-        if self.breaker is not None:
-            key = self.breaker_key(call["name"])
-            store = self.breaker_store
-            admission = yield Call(
-                store.acquire, store.aacquire, (key, self.breaker, self.clock.time())
-            )
-            if not admission.allowed:
-                return self._raised(
-                    call, CircuitOpenError(key, admission.retry_after), executed=False
-                )
-            admitted = _Admitted(key, admission.probe, self.clock.monotonic())
+        ticket = yield from self.guards.admit(call["name"])
+        if isinstance(ticket, float):
+            refused = CircuitOpenError(self.guards.breaker_key(call["name"]), ticket)
+            return self._raised(call, refused, executed=False)
+        admitted = ticket
         effect = self._effect(call, request, in_step) if in_step is not None else None
         try:
             if effect is None:
@@ -411,10 +348,8 @@ class GuardedToolNode:
                 )
             result = self._checked(call, result)
         except (GraphBubbleUp, *_NOT_THE_TOOLS, *_NOT_EXECUTED) as exc:
-            if admitted is not None and self.breaker is not None:
-                store = self.breaker_store
-                args = (admitted.key, self.breaker, self.clock.time())
-                yield Call(store.release, store.arelease, args, {"probe": admitted.probe})
+            if admitted is not None:
+                yield self.guards.release(admitted)
             if isinstance(exc, _NOT_EXECUTED):
                 return self._raised(call, exc, executed=False, effect=effect)
             raise
@@ -423,9 +358,7 @@ class GuardedToolNode:
                 raise
             return (yield from self._failed(call, exc, admitted, effect, in_step))
         if admitted is not None:
-            yield self._record(
-                admitted.key, None, admitted.probe, self.clock.monotonic() - admitted.started
-            )
+            yield self.guards.succeeded(admitted)
         return result
 
     def _effect_run(
@@ -442,7 +375,7 @@ class GuardedToolNode:
         self,
         call: ToolCall,
         exc: Exception,
-        admitted: _Admitted | None,
+        admitted: Admitted | None,
         effect: Effect | None,
         in_step: _InStep | None,
     ) -> Flow[Answer]:
@@ -456,10 +389,12 @@ class GuardedToolNode:
             return self._raised(call, exc, effect=effect)
         duration = self.clock.monotonic() - admitted.started
         if admitted.probe:  # a probe decides at once
-            yield self._record(admitted.key, outcome, True, duration)
+            yield self.guards.record(admitted.key, outcome, True, duration)
             return self._raised(call, exc, effect=effect)
         report = (
-            BreakerReport(admitted.key, outcome, duration) if outcome in self._counted else None
+            BreakerReport(admitted.key, outcome, duration)
+            if outcome in self.guards.counted
+            else None
         )
         return self._raised(call, exc, unreported=report, effect=effect)
 
@@ -497,11 +432,11 @@ class GuardedToolNode:
         call = request.tool_call
 
         def run(req: ToolCallRequest) -> Call:
-            return Call(self._timed, None, (call, req, execute, None))
+            return Call(self.guards.timed, None, (call, req, execute, None))
 
         def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
             scoped = self._scoped(execute, call, effect)
-            return lambda req: Call(self._timed, None, (call, req, scoped, effect))
+            return lambda req: Call(self.guards.timed, None, (call, req, scoped, effect))
 
         return drive(self._intercept(request, run, effect_run), self.clock)
 
@@ -512,39 +447,15 @@ class GuardedToolNode:
         call = request.tool_call
 
         def run(req: ToolCallRequest) -> Call:
-            return Call(self._timed, self._atimed, (call, req, execute, None))
+            return Call(self.guards.timed, self.guards.atimed, (call, req, execute, None))
 
         def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
             scoped = self._ascoped(execute, call, effect)
-            return lambda req: Call(self._timed, self._atimed, (call, req, scoped, effect))
+            return lambda req: Call(
+                self.guards.timed, self.guards.atimed, (call, req, scoped, effect)
+            )
 
         return await adrive(self._intercept(request, run, effect_run), self.clock)
-
-    def _timed(
-        self, call: ToolCall, request: ToolCallRequest, execute: Any, effect: Effect | None
-    ) -> Any:
-        """Run the tool in its bulkhead slot, for at most its timeout."""
-        bulkhead, timeout = self._bulkheads.get(call["name"]), self._timeout_for(call["name"])
-        with bulkhead.slot() if bulkhead is not None else _NO_SLOT:
-            if timeout is None:
-                return execute(request)
-            late = None if effect is None else _late(effect)
-            return run_with_timeout(
-                execute, request, timeout, key=effect.key if effect else None, on_late=late
-            )
-
-    async def _atimed(
-        self, call: ToolCall, request: ToolCallRequest, execute: Any, effect: Effect | None
-    ) -> Any:
-        """Async `_timed` (a side effect past its timeout is left to land, not cancelled)."""
-        bulkhead, timeout = self._bulkheads.get(call["name"]), self._timeout_for(call["name"])
-        async with bulkhead.aslot() if bulkhead is not None else _NO_SLOT:
-            if timeout is None:
-                return await execute(request)
-            late = None if effect is None else _alate(effect)
-            return await arun_with_timeout(
-                execute, request, timeout, key=effect.key if effect else None, on_late=late
-            )
 
     def _scoped(
         self, execute: Callable[..., Any], call: ToolCall, effect: Effect
@@ -609,7 +520,7 @@ class GuardedToolNode:
         if batch.runnable:
             output = self._in_step(batch, self._ledgers.resolve(config), state, config)
         update, reports = finish_step(self.settings, state, batch, output)
-        drive(self._reports(reports), self.clock)
+        drive(self.guards.reports(reports), self.clock)
         return update
 
     async def arun(self, state: Any, config: RunnableConfig) -> Any:
@@ -629,7 +540,7 @@ class GuardedToolNode:
             finally:  # set, not reset: a BaseException may unwind in another context
                 _STEP.set(previous)
         update, reports = finish_step(self.settings, state, batch, output)
-        await adrive(self._reports(reports), self.clock)
+        await adrive(self.guards.reports(reports), self.clock)
         return update
 
     def _in_step(
@@ -643,39 +554,8 @@ class GuardedToolNode:
             _STEP.set(previous)
 
 
-class _NoSlot:
-    """A bulkhead slot for tools without a bulkhead (sync and async)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_SLOT = _NoSlot()
-
-
 def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> Any:
     """Hand a batch call's item keys to the step (which pops them) for a redo."""
     if item_keys is not None and isinstance(result, ToolMessage):
         result.response_metadata["resilience_item_keys"] = list(item_keys)
     return result
-
-
-def _late(effect: Effect) -> Callable[[Any], Any]:
-    """Record an abandoned attempt's result when it lands after all."""
-    store, key = effect.ledger.idempotency, effect.key
-    return lambda result: store.record_outcome(key, outcome_of(result))
-
-
-def _alate(effect: Effect) -> Callable[[Any], Awaitable[Any]]:
-    """Async `_late`."""
-    store, key = effect.ledger.idempotency, effect.key
-    return lambda result: store.arecord_outcome(key, outcome_of(result))

@@ -17,37 +17,33 @@ from __future__ import annotations
 
 import functools
 import random
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph import END, START, StateGraph
 
+from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
+from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
-from langgraph_resilience.core.clock import Clock, SystemClock
+from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.escalate import EscalateNode
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.pending import AnswerPendingNode
 from langgraph_resilience.graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.graph.repair import RepairNode
 from langgraph_resilience.graph.retry import RetryNode
 from langgraph_resilience.graph.router import Next, next_step, route_after_agent
 from langgraph_resilience.graph.state import merge_ledger
-from langgraph_resilience.graph.tools import GuardedToolNode
-from langgraph_resilience.stores.breakers import (
-    BreakerConfig,
-    BreakerStore,
-    InMemoryRetryBudgetStore,
-    PostgresRetryBudgetStore,
-    RetryBudget,
-)
-from langgraph_resilience.stores.ledger import IdempotencyStore, SagaLog
+from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 
 __all__ = ["DEFAULT_NODE_NAMES", "add_resilience"]
 
@@ -129,34 +125,6 @@ def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str) -> None:
     builder.add_edge(START, name)
 
 
-_DEFAULT_BREAKER = BreakerConfig()
-
-
-class _Node(Runnable[Any, Any]):
-    """A node with real sync and async bodies and nothing else.
-
-    `RunnableLambda` would open a traced child run and inspect the function's
-    signature on every call (half of the per-turn overhead we measured);
-    LangGraph already traces the node itself, like its own `ToolNode`.
-    """
-
-    def __init__(
-        self,
-        name: str,
-        func: Callable[[Any, RunnableConfig], Any],
-        afunc: Callable[[Any, RunnableConfig], Awaitable[Any]],
-    ) -> None:
-        self.name = name
-        self._func = func
-        self._afunc = afunc
-
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self._func(input, ensure_config(config))
-
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self._afunc(input, ensure_config(config))
-
-
 def _check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
     unknown = set(profiles) - known
     if unknown:
@@ -201,7 +169,7 @@ def add_resilience(
     repair_model: BaseChatModel | None = None,
     planner_model: BaseChatModel | None = None,
     escalate: bool = False,
-    breaker: BreakerConfig | None = _DEFAULT_BREAKER,
+    breaker: BreakerConfig | None = DEFAULT_BREAKER,
     breaker_store: BreakerStore | None = None,
     retry_budget: RetryBudget | None = None,
     retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
@@ -248,15 +216,10 @@ def add_resilience(
     if not isinstance(builder, StateGraph):
         raise ConfigurationError(f"builder must be a langgraph StateGraph, got {type(builder)!r}")
     _check_state(builder, messages_key)
-    roles = ["pending", "tools", "retry"]
-    roles += ["repair"] if repair_model is not None else []
-    roles += ["planner", "executor"] if planner_model is not None else []
-    roles += ["escalate"] if escalate else []
+    roles = _roles(repair_model is not None, planner_model is not None, escalate)
     names = _check_names(builder, agent, node_names, roles)
     if not tools:
         raise ConfigurationError("tools is empty; pass the tools your agent may call")
-    policy = policy or ResiliencePolicy()
-    clock = clock or SystemClock()
     tool_node = GuardedToolNode(
         tools,
         policy=policy,
@@ -276,50 +239,75 @@ def add_resilience(
         saga=saga,
     )
     _check_profiles(profiles or {}, set(tool_node.tools_by_name))
-
-    def add(role: str, node: Any) -> None:
-        builder.add_node(names[role], _Node(names[role], node.run, node.arun))
-
-    add("pending", AnswerPendingNode(messages_key=messages_key))
+    nodes = _recovery_nodes(
+        tool_node,
+        repair_model=repair_model,
+        planner_model=planner_model,
+        escalate=escalate,
+    )
+    for role, node in nodes.items():
+        builder.add_node(names[role], node)
     _enter_through(builder, names["pending"])
-    add("tools", tool_node)
-    add("retry", RetryNode(clock=clock, messages_key=messages_key))
+    _add_edges(builder, agent, names, roles, messages_key)
+    return builder
+
+
+def _roles(repair: bool, replan: bool, escalate: bool) -> list[str]:
+    """The roles of the nodes to add: the three always there and the paths enabled."""
+    roles = ["pending", "tools", "retry"]
+    roles += ["repair"] if repair else []
+    roles += ["planner", "executor"] if replan else []
+    return roles + (["escalate"] if escalate else [])
+
+
+def _recovery_nodes(
+    tool_node: GuardedToolNode,
+    *,
+    repair_model: BaseChatModel | None,
+    planner_model: BaseChatModel | None,
+    escalate: bool,
+) -> dict[str, ResilienceNode]:
+    """The nodes to add, by role: the tools node and the recovery paths enabled."""
+    policy, key, tools = tool_node.policy, tool_node.messages_key, tool_node.tools_by_name
+    nodes: dict[str, ResilienceNode] = {
+        "pending": AnswerPendingNode(messages_key=key),
+        "tools": tool_node,
+        "retry": RetryNode(clock=tool_node.clock, messages_key=key),
+    }
     if repair_model is not None:
-        add(
-            "repair",
-            RepairNode(
-                model=repair_model,
-                tools_by_name=tool_node.tools_by_name,
-                policy=policy,
-                messages_key=messages_key,
-            ),
+        nodes["repair"] = RepairNode(
+            model=repair_model, tools_by_name=tools, policy=policy, messages_key=key
         )
     if planner_model is not None:
-        add(
-            "planner",
-            PlannerNode(
-                model=planner_model,
-                tools_by_name=tool_node.tools_by_name,
-                policy=policy,
-                can_escalate=escalate,
-                breaker_states=tool_node.breaker_states,
-                side_effects={n for n, p in tool_node.profiles.items() if p.side_effect},
-                messages_key=messages_key,
-            ),
+        nodes["planner"] = PlannerNode(
+            model=planner_model,
+            tools_by_name=tools,
+            policy=policy,
+            can_escalate=escalate,
+            breaker_states=tool_node.breaker_states,
+            side_effects={n for n, p in tool_node.profiles.items() if p.side_effect},
+            messages_key=key,
         )
-        add("executor", PlanExecutorNode(messages_key=messages_key))
+        nodes["executor"] = PlanExecutorNode(messages_key=key)
     if escalate:
-        add(
-            "escalate",
-            EscalateNode(
-                policy=policy,
-                tools_by_name=tool_node.tools_by_name,
-                compensate=tool_node.compensate_thread,
-                acompensate=tool_node.acompensate_thread,
-                messages_key=messages_key,
-            ),
+        nodes["escalate"] = EscalateNode(
+            policy=policy,
+            tools_by_name=tools,
+            compensate=tool_node.compensate_thread,
+            acompensate=tool_node.acompensate_thread,
+            messages_key=key,
         )
+    return nodes
 
+
+def _add_edges(
+    builder: StateGraph[Any, Any, Any, Any],
+    agent: str,
+    names: Mapping[str, str],
+    roles: Sequence[str],
+    messages_key: str,
+) -> None:
+    """The agent's edge to the tools, and every recovery node's router."""
     onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
     onward.update({role: names[role] for role in roles if role != "pending"})
     router = functools.partial(announced_next_step, messages_key=messages_key)
@@ -341,7 +329,6 @@ def add_resilience(
             )
         else:
             builder.add_conditional_edges(names[role], router, onward)
-    return builder
 
 
 def announced_next_step(state: Any, messages_key: str = "messages") -> Next:

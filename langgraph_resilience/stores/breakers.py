@@ -49,49 +49,11 @@ from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.stores.memory import DEFAULT_MAX_ENTRIES, check_max_entries, evict_lru
 from langgraph_resilience.stores.postgres import JsonTable, Postgres
 
-# isort: split
-# Transition shims (issue 17): names that moved out of this module, re-exported until
-# their callers import them from their new homes; then this block and its __all__
-# entries are deleted.
-from langgraph_resilience.core.breaker import BreakerStatus
-from langgraph_resilience.core.budget import (
-    RetryBudget,
-    RetryBudgetState,
-    budget_deposit,
-    budget_withdraw,
-)
-from langgraph_resilience.core.windows import TIME_BUCKETS, CountWindow, TimeWindow
-from langgraph_resilience.graph.bulkhead import Bulkhead, BulkheadFullError
-from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
-
 __all__ = [
     "AsyncPostgresBreakerStore",
     "CircuitBreaker",
     "InMemoryBreakerStore",
     "PostgresBreakerStore",
-    # transition shims, see above
-    "DEFAULT_MAX_ENTRIES",
-    "TIME_BUCKETS",
-    "Admission",
-    "BreakerConfig",
-    "BreakerState",
-    "BreakerStatus",
-    "BreakerStore",
-    "Bulkhead",
-    "BulkheadFullError",
-    "CountWindow",
-    "InMemoryRetryBudgetStore",
-    "Outcome",
-    "PostgresRetryBudgetStore",
-    "RetryBudget",
-    "RetryBudgetState",
-    "TimeWindow",
-    "Transition",
-    "admit",
-    "budget_deposit",
-    "budget_withdraw",
-    "record",
-    "release",
 ]
 
 T = TypeVar("T")

@@ -153,7 +153,7 @@ class Persistence:
     target: str = ""
     """Where the data lives: a file path or a redacted DSN, for messages."""
     idempotency: IdempotencyStore = dataclasses.field(default_factory=InMemoryIdempotencyStore)
-    """The durable intent/outcome ledger (`langgraph_resilience.stores.ledger`)."""
+    """The durable intent/outcome ledger (`langgraph_resilience.core.effects`)."""
     saga: SagaLog = dataclasses.field(default_factory=InMemorySagaLog)
     """The append-only saga log of effects and compensations."""
     path: pathlib.Path | None = None

@@ -16,13 +16,11 @@ from langgraph_resilience import (
     ToolProfile,
     add_resilience,
 )
+from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.events import EVENT_KEY
-from langgraph_resilience.stores.breakers import (
-    BreakerConfig,
-    InMemoryBreakerStore,
-    InMemoryRetryBudgetStore,
-    RetryBudget,
-)
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, State, build_graph
 

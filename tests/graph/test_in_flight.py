@@ -23,7 +23,7 @@ from langgraph_resilience import (
     ToolProfile,
     tool_error_of,
 )
-from langgraph_resilience.stores.ledger import InMemorySagaLog
+from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import build_graph
 

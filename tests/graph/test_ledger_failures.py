@@ -16,8 +16,9 @@ from langgraph_resilience import (
     current_idempotency_key,
 )
 from langgraph_resilience.core.backoff import LEDGER_RETRY_DELAYS
-from langgraph_resilience.stores.breakers import BreakerConfig, InMemoryBreakerStore
-from langgraph_resilience.stores.ledger import InMemorySagaLog
+from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
+from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import Runner, build_graph
 

@@ -22,7 +22,7 @@ from langgraph_resilience import (
     current_idempotency_key,
     tool_error_of,
 )
-from langgraph_resilience.stores.ledger import effect_fingerprint
+from langgraph_resilience.core.effects import effect_fingerprint
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,

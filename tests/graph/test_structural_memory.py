@@ -10,8 +10,9 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_resilience import ConfigurationError, FailureClass, ResiliencePolicy, ToolProfile
+from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.events import EVENT_KEY
-from langgraph_resilience.stores.breakers import BreakerConfig, InMemoryBreakerStore
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, build_graph
 

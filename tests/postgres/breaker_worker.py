@@ -13,8 +13,9 @@ from typing import Any
 
 from psycopg_pool import ConnectionPool
 
+from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.stores.breakers import BreakerConfig, PostgresBreakerStore
+from langgraph_resilience.stores.breakers import PostgresBreakerStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 
 

@@ -32,12 +32,10 @@ from langgraph.types import Command, interrupt
 from typing_extensions import TypedDict
 
 from langgraph_resilience.core.canonical import canonical_args
-from langgraph_resilience.stores.ledger import (
+from langgraph_resilience.core.compensation import acompensate_thread, compensate_thread
+from langgraph_resilience.core.effects import (
     EffectStatus,
     IdempotencyStore,
-    PostgresIdempotencyStore,
-    acompensate_thread,
-    compensate_thread,
     compensation_key,
     idempotency_key,
 )
@@ -53,6 +51,7 @@ from langgraph_resilience.stores.persistence import (
     thread_lock,
     thread_status,
 )
+from langgraph_resilience.stores.postgres import PostgresIdempotencyStore
 
 BARRIER_KEY = 4242
 

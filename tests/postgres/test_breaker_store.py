@@ -14,18 +14,15 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from langgraph_resilience.core.breaker import BreakerConfig, BreakerState, BreakerStore
+from langgraph_resilience.core.budget import RetryBudget, RetryBudgetState
 from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
 from langgraph_resilience.stores.breakers import (
     AsyncPostgresBreakerStore,
-    BreakerConfig,
-    BreakerState,
-    BreakerStore,
     CircuitBreaker,
     PostgresBreakerStore,
-    PostgresRetryBudgetStore,
-    RetryBudget,
-    RetryBudgetState,
 )
+from langgraph_resilience.stores.budgets import PostgresRetryBudgetStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from tests.postgres.breaker_worker import hammer

@@ -23,11 +23,6 @@ from langgraph.graph import END, START, StateGraph
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import TypedDict
 
-from langgraph_resilience.stores.ledger import (
-    AsyncPostgresIdempotencyStore,
-    PostgresIdempotencyStore,
-    PostgresSagaLog,
-)
 from langgraph_resilience.stores.persistence import (
     POSTGRES_CONNECTION_KWARGS,
     PersistenceError,
@@ -42,6 +37,11 @@ from langgraph_resilience.stores.persistence import (
     resume,
     thread_lock,
     thread_status,
+)
+from langgraph_resilience.stores.postgres import (
+    AsyncPostgresIdempotencyStore,
+    PostgresIdempotencyStore,
+    PostgresSagaLog,
 )
 
 WORKER = pathlib.Path(__file__).with_name("idempotency_worker.py")

@@ -16,15 +16,15 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_resilience.stores.ledger import (
-    AsyncPostgresIdempotencyStore,
-    IdempotencyStore,
-    PostgresIdempotencyStore,
-)
+from langgraph_resilience.core.effects import IdempotencyStore
 from langgraph_resilience.stores.persistence import (
     POSTGRES_CONNECTION_KWARGS,
     aopen_postgres,
     open_postgres,
+)
+from langgraph_resilience.stores.postgres import (
+    AsyncPostgresIdempotencyStore,
+    PostgresIdempotencyStore,
 )
 
 pytestmark = [pytest.mark.postgres]

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import pytest
 
+from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.errors import ConfigurationError, FailureClass
-from langgraph_resilience.stores.breakers import (
-    DEFAULT_MAX_ENTRIES,
-    BreakerConfig,
-    InMemoryBreakerStore,
-    InMemoryRetryBudgetStore,
-    RetryBudget,
-)
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore
+from langgraph_resilience.stores.memory import DEFAULT_MAX_ENTRIES
 from langgraph_resilience.testing import FakeClock
 
 FAIL = FailureClass.TRANSIENT

@@ -16,27 +16,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.errors import GraphInterrupt
 
-from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
-from langgraph_resilience.stores.breakers import (
-    TIME_BUCKETS,
+from langgraph_resilience.core.breaker import (
     Admission,
     BreakerConfig,
     BreakerState,
     BreakerStore,
-    CircuitBreaker,
-    CountWindow,
-    InMemoryBreakerStore,
-    InMemoryRetryBudgetStore,
-    RetryBudget,
-    RetryBudgetState,
-    TimeWindow,
     Transition,
     admit,
-    budget_deposit,
-    budget_withdraw,
     record,
     release,
 )
+from langgraph_resilience.core.budget import (
+    RetryBudget,
+    RetryBudgetState,
+    budget_deposit,
+    budget_withdraw,
+)
+from langgraph_resilience.core.windows import TIME_BUCKETS, CountWindow, TimeWindow
+from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
+from langgraph_resilience.stores.breakers import CircuitBreaker, InMemoryBreakerStore
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 
 T = FailureClass.TRANSIENT

@@ -11,7 +11,7 @@ import pytest
 
 from langgraph_resilience.core.classify import classify
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolFailure
-from langgraph_resilience.stores.breakers import Bulkhead, BulkheadFullError
+from langgraph_resilience.graph.bulkhead import Bulkhead, BulkheadFullError
 
 
 @pytest.mark.parametrize(

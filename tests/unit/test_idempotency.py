@@ -17,29 +17,33 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from langgraph_resilience.stores.ledger import (
-    Claim,
+from langgraph_resilience.core.compensation import (
     CompensationReport,
+    acompensate_thread,
+    compensate_thread,
+)
+from langgraph_resilience.core.effects import (
+    Claim,
     EffectStatus,
-    FailedItem,
     IdempotencyRecord,
     IdempotencyStore,
-    InMemoryIdempotencyStore,
-    InMemorySagaLog,
-    PartialResult,
     SagaLog,
-    SqliteIdempotencyStore,
-    acompensate_thread,
-    as_partial_result,
     claim_action,
-    compensate_thread,
     compensation_key,
-    failed_items,
     idempotency_key,
     item_idempotency_key,
     summarize_records,
 )
+from langgraph_resilience.core.partial import (
+    FailedItem,
+    PartialResult,
+    as_partial_result,
+    failed_items,
+)
+from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import ThreadBusyError, open_sqlite, thread_lock
+from langgraph_resilience.stores.saga import InMemorySagaLog
+from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore
 from langgraph_resilience.testing import FakeClock
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -140,7 +144,7 @@ def test_key_is_independent_of_dict_insertion_order(args: dict[str, Any]) -> Non
 
 _KEYS_IN_CHILD = """
 import json, sys
-from langgraph_resilience.stores.ledger import idempotency_key
+from langgraph_resilience.core.effects import idempotency_key
 cases = [
     ("pay", {"amount": 12.5, "currency": "EUR", "to": ["a", "b"]}, "thread-1", "msg-1:call_1"),
     ("email", {"to": {"x", "y", "z"}, "body": "héllo ✓", "n": 1e-7}, "t", "c"),

@@ -18,7 +18,10 @@ from langgraph.errors import GraphInterrupt
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel
 
+from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON, ModelStep, decide_model
 from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.windows import CountWindow
 from langgraph_resilience.errors import (
     CircuitOpenError,
     ConfigurationError,
@@ -28,14 +31,11 @@ from langgraph_resilience.errors import (
 )
 from langgraph_resilience.graph import model as model_module
 from langgraph_resilience.graph.model import (
-    DEFAULT_FALLBACK_ON,
-    ModelStep,
     ResilientChatModel,
     model_key,
-    next_step,
     resilient_model,
 )
-from langgraph_resilience.stores.breakers import BreakerConfig, CountWindow, InMemoryBreakerStore
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,
@@ -605,7 +605,7 @@ def test_bad_configuration_fails_at_construction(kwargs: dict[str, Any], hint: s
     assert hint in str(info.value)
 
 
-# ----------------------------------------------------------------- next_step
+# ----------------------------------------------------------------- decide_model
 
 
 def envelope(failure_class: str, *, retry_after_ms: int | None = None) -> ToolError:
@@ -662,15 +662,15 @@ def envelope(failure_class: str, *, retry_after_ms: int | None = None) -> ToolEr
         (envelope("unknown"), 0, True, 0.0, ("raise", "unknown")),
     ],
 )
-def test_next_step_table(
+def test_decide_model_table(
     error: ToolError, attempt: int, has_fallback: bool, elapsed: float, expected: tuple[str, str]
 ) -> None:
     """The pure decision: retry TRANSIENT within budget, fall back on the configured
     classes when a next model exists, raise everything else."""
     policy = ResiliencePolicy(max_attempts=3, deadline=100.0, max_delay=30.0)
-    step = next_step(
+    step = decide_model(
         error,
-        attempt=attempt,
+        attempts=attempt + 1,
         policy=policy,
         rng=random.Random(SEED),
         elapsed=elapsed,
@@ -693,7 +693,7 @@ def test_next_step_table(
         (6_000, True, DEFAULT_FALLBACK_ON, ("fallback", "retry_after_too_long", 0.0)),
     ],
 )
-def test_next_step_caps_retry_after_at_max_retry_after(
+def test_decide_model_caps_retry_after_at_max_retry_after(
     retry_after_ms: int,
     has_fallback: bool,
     fallback_on: frozenset[FailureClass],
@@ -703,9 +703,9 @@ def test_next_step_caps_retry_after_at_max_retry_after(
     it is below max_delay; a wait within the cap is the server's, except that a model
     that can hand the call to the next one does not wait longer than max_delay."""
     policy = ResiliencePolicy(base_delay=0.5, max_delay=5.0, max_retry_after=10.0)
-    step = next_step(
+    step = decide_model(
         envelope("transient", retry_after_ms=retry_after_ms),
-        attempt=0,
+        attempts=1,
         policy=policy,
         rng=random.Random(SEED),
         elapsed=0.0,
@@ -715,26 +715,26 @@ def test_next_step_caps_retry_after_at_max_retry_after(
     assert (step.action, step.reason, step.delay) == expected
 
 
-def test_next_step_gets_0_based_attempts_and_envelopes_count_them(
+def test_decide_model_counts_attempts_as_the_envelope_and_the_events_do(
     mode: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One convention: `next_step` is given the 0-based index of the failed attempt,
-    the envelope it decides on counts the attempts made (1-based, as ToolError.attempt
-    does for tools), and so do the events."""
+    """One convention, the tools' one: `decide_model` is given the attempts made (the
+    failed one included), the envelope it decides on counts them the same (as
+    ToolError.attempt does for tools), and so do the events."""
     seen: list[tuple[int, int]] = []
 
-    def spy(error: ToolError, *, attempt: int, **kwargs: Any) -> ModelStep:
-        seen.append((attempt, error.attempt))
-        return next_step(error, attempt=attempt, **kwargs)
+    def spy(error: ToolError, *, attempts: int, **kwargs: Any) -> ModelStep:
+        seen.append((attempts, error.attempt))
+        return decide_model(error, attempts=attempts, **kwargs)
 
-    monkeypatch.setattr(model_module, "next_step", spy)
+    monkeypatch.setattr(model_module, "decide_model", spy)
     clock = FakeClock()
     primary = scripted(*[FakeHTTPError(503)] * 3)
     fallback = scripted(text("served"))
     model = build(primary, fallback, clock=clock, policy=ResiliencePolicy(max_attempts=3))
     with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
         assert ask(model, mode).content == "served"
-    assert seen == [(0, 1), (1, 2), (2, 3)]
+    assert seen == [(1, 1), (2, 2), (3, 3)]
     assert [e["attempt"] for e in events(caplog, "model_retry")] == [1, 2]
     assert [e["attempts"] for e in events(caplog, "model_fallback")] == [3]
     assert clock.sleeps == pytest.approx(seeded_delays(SEED, 2))  # retries 0 and 1

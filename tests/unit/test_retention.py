@@ -15,15 +15,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from langgraph_resilience.stores.ledger import (
-    DEFAULT_RETENTION,
-    AsyncPostgresIdempotencyStore,
-    IdempotencyStore,
-    InMemoryIdempotencyStore,
-    PostgresIdempotencyStore,
-    SqliteIdempotencyStore,
-)
+from langgraph_resilience.core.effects import DEFAULT_RETENTION, IdempotencyStore
+from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import Persistence, open_sqlite
+from langgraph_resilience.stores.postgres import (
+    AsyncPostgresIdempotencyStore,
+    PostgresIdempotencyStore,
+)
+from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore
 from langgraph_resilience.testing import FakeClock
 
 DAY = 86_400.0

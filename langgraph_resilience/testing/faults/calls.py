@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from langgraph_resilience.core.breaker import BreakerConfig, BreakerState, admit, record
 from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.stores.breakers import BreakerConfig, BreakerState, admit, record
 
 __all__ = ["CallLog", "Shadow", "replay"]
 

@@ -1,0 +1,38 @@
+"""The base of the prebuilt nodes: a `Runnable` with real sync and async bodies.
+
+Every node of the package (`GuardedToolNode`, `RetryNode`, `RepairNode`,
+`PlannerNode`, `PlanExecutorNode`, `EscalateNode`, `AnswerPendingNode`) is one, so
+a user adds any of them to their own graph by hand, as LangGraph's `ToolNode`::
+
+    builder.add_node("tools", GuardedToolNode(tools))
+
+`RunnableLambda` would open a traced child run and inspect the function's signature
+on every call (half of the per-turn overhead we measured); LangGraph already traces
+the node itself, like its own `ToolNode`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+
+__all__ = ["ResilienceNode"]
+
+
+class ResilienceNode(Runnable[Any, Any]):
+    """A graph node: `run` and `arun` take the state and the run's config."""
+
+    def run(self, state: Any, config: RunnableConfig) -> Any:
+        """The sync body."""
+        raise NotImplementedError
+
+    async def arun(self, state: Any, config: RunnableConfig) -> Any:
+        """The async body."""
+        raise NotImplementedError
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return self.run(input, ensure_config(config))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await self.arun(input, ensure_config(config))

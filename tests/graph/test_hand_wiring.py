@@ -1,0 +1,153 @@
+"""The prebuilt nodes are public building blocks: a graph wired by hand from them alone
+(as LangGraph's `ToolNode` + `tools_condition`) recovers as `add_resilience`'s does."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Literal
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from langgraph_resilience import (
+    AnswerPendingNode,
+    GuardedToolNode,
+    RepairNode,
+    ResilienceNode,
+    ResiliencePolicy,
+    ResilienceState,
+    RetryNode,
+    add_resilience,
+    next_step,
+    route_after_agent,
+    tool_error_of,
+)
+from langgraph_resilience.testing import (
+    FakeClock,
+    Fault,
+    FaultyTool,
+    ScriptedChatModel,
+    text,
+    tool_calls,
+)
+from tests.conftest import Runner
+
+
+class State(MessagesState, ResilienceState):
+    """The user's state."""
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"{city}: 14°C"
+
+
+@tool
+def convert(amount: float, currency: Literal["EUR"]) -> str:
+    """Convert an amount; only EUR is known (anything else is rejected before it runs)."""
+    return f"{amount} {currency}"
+
+
+def _script() -> list[Any]:
+    return [tool_calls(("get_weather", {"city": "Oslo"})), text("14°C in Oslo.")]
+
+
+def _agent(model: ScriptedChatModel, tools: list[Any]) -> Any:
+    def agent(state: State) -> dict[str, Any]:
+        return {"messages": [model.bind_tools(tools).invoke(state["messages"])]}
+
+    return agent
+
+
+def hand_wired(tools: list[Any], model: ScriptedChatModel, clock: FakeClock) -> Any:
+    """The README's hand wiring: pending -> agent -> tools -> retry -> tools -> agent."""
+    builder = StateGraph(State)
+    builder.add_node("agent", _agent(model, tools))
+    builder.add_node("answer_pending", AnswerPendingNode())
+    node = GuardedToolNode(tools, policy=ResiliencePolicy(), clock=clock, rng=random.Random(0))
+    builder.add_node("tools", node)
+    builder.add_node("retry", RetryNode(clock=clock))
+    builder.add_edge(START, "answer_pending")
+    builder.add_edge("answer_pending", "agent")
+    builder.add_conditional_edges("agent", route_after_agent, {"tools": "tools", "__end__": END})
+    builder.add_conditional_edges(
+        "tools", next_step, {"retry": "retry", "agent": "agent", "__end__": END}
+    )
+    builder.add_edge("retry", "tools")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_a_hand_wired_graph_retries_like_add_resilience(runner: Runner) -> None:
+    """Same faults, same script: the hand-wired graph and add_resilience's end with the
+    same messages, the same attempts and the same backoff."""
+    results = []
+    for wiring in ("hand", "add_resilience"):
+        clock = FakeClock()
+        tools = [FaultyTool(get_weather, [Fault.status(503), Fault.status(503)])]
+        model = ScriptedChatModel(responses=_script())
+        if wiring == "hand":
+            app = hand_wired(tools, model, clock)
+        else:
+            builder = StateGraph(State)
+            builder.add_node("agent", _agent(model, tools))
+            builder.add_edge(START, "agent")
+            add_resilience(builder, agent="agent", tools=tools, clock=clock, rng=random.Random(0))
+            app = builder.compile(checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": f"hand-{wiring}"}}
+        out = runner.invoke(app, {"messages": [("user", "Weather in Oslo?")]}, config)
+        answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+        results.append(
+            (
+                [(m.content, tool_error_of(m) is None) for m in answers],
+                out["resilience"]["tool_attempts"],
+                clock.sleeps,
+                out["messages"][-1].content,
+            )
+        )
+    assert results[0] == results[1]
+    contents, attempts, sleeps, answer = results[0]
+    assert contents == [("Oslo: 14°C", True)]
+    assert attempts == 3
+    assert len(sleeps) == 2
+    assert answer == "14°C in Oslo."
+
+
+def test_a_hand_wired_repair_node_fixes_a_semantic_failure(runner: Runner) -> None:
+    """A subset of the recovery paths, by hand: the repair node behind next_step's
+    ``repair`` branch rewrites the rejected arguments and the call succeeds."""
+    clock = FakeClock()
+    tools = [convert]
+    model = ScriptedChatModel(
+        responses=[tool_calls(("convert", {"amount": 5, "currency": "USD"})), text("5 EUR.")]
+    )
+    repairer = ScriptedChatModel(
+        responses=[tool_calls(("convert", {"amount": 5, "currency": "EUR"}))]
+    )
+    builder = StateGraph(State)
+    builder.add_node("agent", _agent(model, tools))
+    node = GuardedToolNode(tools, clock=clock, can_repair=True, breaker=None)
+    builder.add_node("tools", node)
+    builder.add_node("repair", RepairNode(model=repairer, tools_by_name=node.tools_by_name))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_after_agent, {"tools": "tools", "__end__": END})
+    onward = {"repair": "repair", "tools": "tools", "agent": "agent", "__end__": END}
+    builder.add_conditional_edges("tools", next_step, onward)
+    builder.add_conditional_edges("repair", next_step, onward)
+    app = builder.compile(checkpointer=InMemorySaver())
+    out = runner.invoke(
+        app, {"messages": [("user", "5 in EUR?")]}, {"configurable": {"thread_id": "r"}}
+    )
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [(m.content, tool_error_of(m)) for m in answers] == [("5.0 EUR", None)]
+    assert out["messages"][-1].content == "5 EUR."
+
+
+def test_every_prebuilt_node_is_a_resilience_node() -> None:
+    """Each node is a Runnable that add_node takes as is (no wrapper)."""
+    clock = FakeClock()
+    node = GuardedToolNode([get_weather], clock=clock)
+    nodes = [node, RetryNode(), AnswerPendingNode()]
+    assert all(isinstance(n, ResilienceNode) for n in nodes)
