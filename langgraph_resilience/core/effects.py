@@ -240,6 +240,10 @@ class IdempotencyRecord:
     updated_at: dt.datetime | None = None
     fingerprint: str | None = None
     """`effect_fingerprint` of the intent: the same effect asked for by another call."""
+    age_s: float | None = None
+    """Seconds since the record last changed, on the store's own clock (None: the store
+    does not say). A pending intent younger than the tool's timeout may be an attempt
+    of another process still on the wire."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -190,8 +190,10 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
         action = "execute"  # nothing can be asked; a human vouched for running it
     if action == "unknown":
         raise OutcomeUnknownError(effect.key)
-    reconcile = _reconcile_own if action == "check_status" else _reconcile_earlier
-    reconciled = yield from reconcile(call, effect)
+    if action == "check_status":
+        reconciled = yield from _reconcile_own(call, effect, claim.record)
+    else:
+        reconciled = yield from _reconcile_earlier(call, effect)
     if reconciled is not None:
         return reconciled
     try:
@@ -233,13 +235,19 @@ def _settle_answer(call: ToolCall, effect: Effect, answer: Answer, run: Run) -> 
     return answer
 
 
-def _reconcile_own(call: ToolCall, effect: Effect) -> Flow[ToolMessage | None]:
+def _reconcile_own(
+    call: ToolCall, effect: Effect, record: IdempotencyRecord
+) -> Flow[ToolMessage | None]:
     """This call's own intent has no outcome (a crash, a lost answer): wait out an
-    attempt still in flight, then ask the service. Done: answered with its result.
-    Not done: run it once more, if attempts are left (None), else it is exhausted."""
+    attempt still in flight (here, or in another process within the tool's timeout),
+    then ask the service. Done: answered with its result. Not done: run it once more,
+    if attempts are left (None), else it is exhausted."""
     settled: Settled = yield Call(settle, asettle, (effect.key, effect.grace))
     if settled == "running":
         raise OutcomeUnknownError(effect.key, reason=_STILL_RUNNING)
+    if settled == "none" and (wait := _young(record, effect.grace)) > 0:
+        yield Sleep(wait)  # another process's attempt may still land: let it
+        settled = "ended"
     if settled == "ended":  # its late outcome may be recorded by now
         claim: Claim = yield from ledger_op(effect, "claim", _claim(call, effect))
         if claim_action(claim, can_check_status=True) == "replay":
@@ -270,6 +278,8 @@ def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | Non
             yield from _release(effect, effect.key)  # this call did not run
             raise OutcomeUnknownError(sibling.key, earlier_call=True)
         settled: Settled = yield Call(settle, asettle, (sibling.key, effect.grace))
+        if settled == "none" and (wait := _young(sibling, effect.grace)) > 0:
+            yield Sleep(wait)  # another process's attempt may still land: let it
         try:
             if settled == "running":
                 raise OutcomeUnknownError(sibling.key, reason=_STILL_RUNNING)
@@ -285,6 +295,15 @@ def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | Non
             return _replayed(call, status.result, sibling.key, reconciled=True)
         yield from _release(effect, sibling.key)
     return None
+
+
+def _young(record: IdempotencyRecord, grace: float) -> float:
+    """How much longer a pending intent no attempt of this process holds may still be
+    another process's attempt on the wire: its tool's timeout less its age on the
+    store's clock (0 when the store does not say, or the tool has no timeout)."""
+    if record.age_s is None or grace <= 0:
+        return 0.0
+    return max(0.0, grace - record.age_s)
 
 
 # ------------------------------------------------------------------ the ledger's I/O

@@ -9,6 +9,11 @@ under its idempotency key until it ends: the reconciliation waits for it (at mos
 its grace period) before it trusts a status check, and its late outcome is
 recorded in the ledger when it arrives.
 
+Every side effect executing in this process is also marked (`executing`), so that a
+second runner of the same thread here (the first one's lock died and was taken over)
+waits for the attempt on the wire instead of hearing "not done" from the service and
+paying again; across processes the tool's timeout bounds what can still be in flight.
+
 Threads are daemons, so an abandoned tool never keeps the process from exiting.
 An async tool that blocks the event loop cannot be timed out at all (nothing runs
 to notice the deadline): make such tools async all the way, or sync.
@@ -17,22 +22,78 @@ to notice the deadline): make such tools async all the way, or sync.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import contextlib
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal
 
 from langgraph_resilience.errors import AttemptAbandoned
 from langgraph_resilience.events import logger
 
-__all__ = ["Settled", "arun_with_timeout", "asettle", "run_with_timeout", "settle"]
+__all__ = [
+    "Settled",
+    "arun_with_timeout",
+    "asettle",
+    "executing",
+    "run_with_timeout",
+    "settle",
+]
 
+_RUNNING: dict[str, int] = {}
+"""Side effects executing in this process now, by key (any runner, any thread)."""
+_ENDED = threading.Condition()
+"""Notified whenever a side effect of this process stops executing."""
+_RAN_HERE: collections.OrderedDict[str, None] = collections.OrderedDict()
+"""Keys whose last attempt ran in this process and has ended (the newest, bounded): an
+intent of theirs left pending is not another process's attempt on the wire."""
+_RAN_HERE_MAX = 10_000
+OTHER_RUNNER_WAIT = 60.0
+"""How long a reconciliation waits for an attempt another runner of this process is
+executing when the tool has no timeout (with one, the timeout bounds the wait)."""
 _SYNC: dict[str, concurrent.futures.Future[Any]] = {}
 _ASYNC: dict[str, asyncio.Future[Any]] = {}
 _GUARD = threading.Lock()
 _KEEP: set[asyncio.Task[Any]] = set()
 """Late-outcome writes in flight (referenced so the loop does not drop them)."""
+
+
+@contextlib.contextmanager
+def executing(key: str) -> Iterator[None]:
+    """Mark `key`'s side effect as executing in this process while the block runs: a
+    second runner of the same thread here (its lock lost and taken over) must not hear
+    "not done" from the service while this attempt is on the wire, and run it again."""
+    with _ENDED:
+        _RUNNING[key] = _RUNNING.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        with _ENDED:
+            left = _RUNNING.pop(key) - 1
+            if left:
+                _RUNNING[key] = left
+            _RAN_HERE[key] = None
+            _RAN_HERE.move_to_end(key)
+            if len(_RAN_HERE) > _RAN_HERE_MAX:
+                _RAN_HERE.popitem(last=False)
+            _ENDED.notify_all()
+
+
+def _executing(key: str) -> bool:
+    with _ENDED:
+        return key in _RUNNING
+
+
+def _await_executing(key: str, grace: float) -> Settled:
+    """Wait for an attempt executing in this process to end (``ended``), at most `grace`
+    seconds, or `OTHER_RUNNER_WAIT` when the tool has no timeout (``running``)."""
+    with _ENDED:
+        if key not in _RUNNING:
+            return "ended" if key in _RAN_HERE else "none"
+        ended = _ENDED.wait_for(lambda: key not in _RUNNING, grace or OTHER_RUNNER_WAIT)
+    return "ended" if ended else "running"
 
 
 def _forget_sync(key: str, future: concurrent.futures.Future[Any]) -> None:
@@ -117,15 +178,16 @@ async def arun_with_timeout(
 
 
 Settled = Literal["none", "ended", "running"]
-"""No abandoned attempt of the key; one that has ended now; one still running."""
+"""No attempt of the key ran in this process; one did and has ended; one still runs."""
 
 
 def settle(key: str, grace: float) -> Settled:
-    """Wait (at most `grace` seconds) for an abandoned attempt of `key` to end."""
+    """Wait (at most `grace` seconds) for an abandoned attempt of `key` to end; an
+    attempt executing in this process now (another runner's) is ``running``."""
     with _GUARD:
         future = _SYNC.get(key)
     if future is None:
-        return "none"
+        return _await_executing(key, grace)
     try:
         future.result(timeout=grace)
     except concurrent.futures.TimeoutError:
@@ -139,6 +201,8 @@ async def asettle(key: str, grace: float) -> Settled:
     """Async `settle` (an abandoned sync attempt is waited for in a worker thread)."""
     task = _ASYNC.get(key)
     if task is None:
-        return await asyncio.to_thread(settle, key, grace) if key in _SYNC else "none"
+        if key in _SYNC or _executing(key):
+            return await asyncio.to_thread(settle, key, grace)
+        return settle(key, 0.0)  # not executing: answers at once
     await asyncio.wait({task}, timeout=grace)
     return "ended" if task.done() else "running"

@@ -79,6 +79,7 @@ from langgraph_resilience.graph.exactly_once import (
     effect_context,
     exactly_once,
 )
+from langgraph_resilience.graph.in_flight import executing
 from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
 from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
@@ -465,7 +466,7 @@ class GuardedToolNode(ResilienceNode):
         items = self._item_keys(call, effect.key, in_step.batch) if in_step else None
 
         def scoped(request: ToolCallRequest) -> Any:
-            with effect_context(effect.key, items):
+            with effect_context(effect.key, items), executing(effect.key):
                 return _note_item_keys(execute(request), items)
 
         return scoped
@@ -478,7 +479,7 @@ class GuardedToolNode(ResilienceNode):
         items = self._item_keys(call, effect.key, in_step.batch) if in_step else None
 
         async def scoped(request: ToolCallRequest) -> Any:
-            with effect_context(effect.key, items):
+            with effect_context(effect.key, items), executing(effect.key):
                 return _note_item_keys(await execute(request), items)
 
         return scoped

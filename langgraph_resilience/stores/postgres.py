@@ -471,7 +471,10 @@ SELECT count(*) AS n FROM gone
 
 
 def _record_of(row: Mapping[str, Any]) -> IdempotencyRecord:
-    return IdempotencyRecord(**{name: row[name] for name in _RECORD_FIELDS})
+    age = row.get("age_s")
+    return IdempotencyRecord(
+        **{name: row[name] for name in _RECORD_FIELDS}, age_s=None if age is None else float(age)
+    )
 
 
 def _entry_of(row: Mapping[str, Any]) -> SagaEntry:
@@ -479,6 +482,8 @@ def _entry_of(row: Mapping[str, Any]) -> SagaEntry:
 
 
 _RECORD_FIELDS = COLUMNS.split(", ")
+_AGE = "EXTRACT(EPOCH FROM clock_timestamp() - updated_at)::float8 AS age_s"
+"""A record's age on the server's clock: no skew between the workers' clocks."""
 _ENTRY_FIELDS = SAGA_COLUMNS.split(", ")
 
 DIALECT = LedgerDialect(
@@ -490,7 +495,7 @@ DIALECT = LedgerDialect(
         ON CONFLICT (key) DO NOTHING
         RETURNING {COLUMNS}
     """,
-    get=f"SELECT {COLUMNS} FROM lgr_idempotency WHERE key = %(key)s",
+    get=f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE key = %(key)s",
     # The outcome of a pending intent; first outcome wins (a recorded one is never
     # overwritten). The relaxed variant does not wait for its WAL flush:
     # ``set_config(..., true)`` is transaction-local, so it applies to this one
@@ -508,7 +513,7 @@ DIALECT = LedgerDialect(
         RETURNING {COLUMNS}
     """,
     unresolved=(
-        f"SELECT {COLUMNS} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
+        f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
         "AND fingerprint = %(fingerprint)s AND status = 'pending' ORDER BY created_at, key"
     ),
     for_thread=(

@@ -9,11 +9,12 @@ resumes the thread right away, while A may still be running. A must stop with
 and every amount must be paid exactly once.
 
 The random kill lands in A's ``pay`` (claimed, request in flight) only rarely; when it
-does and B reconciles before A's request lands, the trial shows two payments under
-one key. ``test_an_effect_in_flight_when_the_lock_dies_is_paid_once`` holds A there
-to make that window deterministic. Two more findings of these trials have their own
-deterministic tests: a lock taken with ``wait=`` outlives its block for a moment, and
-an async run under such a lock is not fenced.
+does, B must wait for A's request instead of asking the service too early and paying
+again. ``test_an_effect_in_flight_when_the_lock_dies_is_paid_once`` holds A there to
+make that window deterministic (A and B in one process, as two workers sharing one).
+Two more findings of these trials have their own deterministic tests: a lock taken
+with ``wait=`` must be free once its block exits, and a run under such a lock must be
+fenced.
 """
 
 from __future__ import annotations
@@ -125,18 +126,6 @@ def test_lock_holder_session_killed(
     assert tally.lost == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "exactly-once hole when the lock dies during an effect: runner A passed its "
-        "fences, claimed the key and is inside pay() (request in flight) when its lock "
-        "session is killed; runner B takes the lock, resumes, claims the same key, finds "
-        "A's intent pending, asks status_check (the payment has not landed yet: 'not "
-        "done') and pays; then A's request lands: two payments under one idempotency key. "
-        "The pending intent of a runner that may still be executing is reconciled at once."
-    ),
-)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_effect_in_flight_when_the_lock_dies_is_paid_once(
     pg_dsn: str,

@@ -6,6 +6,10 @@ inserted, ``after`` it is inserted but before the tools step is checkpointed, or
 once the tools step ``completed``. ``resume`` continues the thread by thread_id
 under the thread lock and prints JSON (``{"busy": true}`` if another runner holds it).
 
+``--slow [SECONDS]`` holds the payment in flight (3 s) after writing ``running``;
+``--timeout`` gives the tool a timeout (and the graph the system clock, so waits for
+an attempt in flight are real).
+
 ``--wiring`` says how the user wired the ledger: ``explicit`` passes
 ``idempotency=``/``saga=`` from `open_postgres`; ``default`` passes nothing next to
 `open_postgres`'s checkpointer; ``saver`` passes nothing next to LangGraph's own
@@ -35,6 +39,7 @@ from langgraph_resilience import (
     EffectStatus,
     Persistence,
     ResilienceState,
+    SystemClock,
     ThreadBusyError,
     ToolProfile,
     add_resilience,
@@ -63,9 +68,10 @@ def build(
     *,
     kill_at: str,
     marker: pathlib.Path,
-    slow: bool,
+    slow: float,
     wiring: str = "explicit",
     checkpointer: Any = None,
+    timeout: float | None = None,
 ) -> Any:
     def agent_turn(messages: list[BaseMessage]) -> AIMessage:
         if any(isinstance(m, ToolMessage) for m in messages):
@@ -81,7 +87,7 @@ def build(
             hang(marker, "before")
         if slow:
             marker.write_text("running")
-            time.sleep(3)  # holds the thread lock while a second runner tries
+            time.sleep(slow)  # in flight while a second runner tries (a real wait)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO payments (key, amount) VALUES (%s, %s)",
@@ -110,8 +116,9 @@ def build(
         builder,
         agent="agent",
         tools=[charge],
-        clock=FakeClock(epoch=time.time()),
-        profiles={"charge": ToolProfile(side_effect=True, status_check=status)},
+        # with a timeout, waits for an attempt in flight are real: the system clock
+        clock=FakeClock(epoch=time.time()) if timeout is None else SystemClock(),
+        profiles={"charge": ToolProfile(side_effect=True, status_check=status, timeout=timeout)},
         **({"idempotency": p.idempotency, "saga": p.saga} if wiring == "explicit" else {}),
     )
     return builder.compile(checkpointer=checkpointer or p.checkpointer, store=p.store)
@@ -133,7 +140,8 @@ def main() -> None:
     parser.add_argument("--marker", required=True)
     parser.add_argument("--kill-at", choices=["before", "after", "completed", "none"])
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
-    parser.add_argument("--slow", action="store_true")
+    parser.add_argument("--slow", type=float, nargs="?", const=3.0, default=0.0)
+    parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--wiring", choices=["explicit", "default", "saver"], default="explicit")
     args = parser.parse_args()
     kill_at = args.kill_at if args.phase == "start" else "none"
@@ -152,6 +160,7 @@ def main() -> None:
                     slow=args.slow,
                     wiring=args.wiring,
                     checkpointer=saver if args.wiring == "saver" else None,
+                    timeout=args.timeout,
                 )
                 if args.phase == "start":
                     app.invoke(inp, config)
@@ -174,6 +183,7 @@ def main() -> None:
                         slow=args.slow,
                         wiring=args.wiring,
                         checkpointer=AsyncPostgresSaver(pool) if args.wiring == "saver" else None,
+                        timeout=args.timeout,
                     )
                     if args.phase == "start":
                         await app.ainvoke(inp, config)

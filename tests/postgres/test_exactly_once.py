@@ -151,6 +151,26 @@ def test_two_runners_on_one_thread_one_gets_thread_busy(
     assert len(_payments(pg_dsn)) == 1
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_resume_waits_for_an_attempt_still_in_flight_in_another_process(
+    pg_dsn: str, tmp_path: pathlib.Path, mode: str
+) -> None:
+    """A's payment is on the wire (claimed, not landed) when B resumes the thread in
+    another process: B must not hear "not done" from status_check and pay again; it
+    waits out the tool's timeout less the intent's age, then replays A's outcome."""
+    _prepare(pg_dsn)
+    thread, running = uuid.uuid4().hex, tmp_path / "running"
+    common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(running), "--mode", mode]
+    common += ["--timeout", "20"]
+    a = _spawn("start", *common, "--kill-at", "none", "--slow", "10")
+    _wait_for(running, a)
+    b = _finish(_spawn("resume", *common))
+
+    assert b == {"next": [], "last": "paid"}
+    assert _finish(a) == {"next": [], "last": "paid"}
+    assert len(_payments(pg_dsn)) == 1
+
+
 def test_hundred_threads_on_one_pool_lose_nothing_and_pay_once(pg_dsn: str) -> None:
     """100 concurrent threads, each losing its first response after the effect: every
     thread finishes and every payment happens exactly once."""
