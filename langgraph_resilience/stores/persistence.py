@@ -52,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import inspect
 import pathlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -307,6 +308,7 @@ def _opening(
         probe = yield Call(connect, None, (dsn,), options)
     except psycopg.Error as exc:
         raise connect_error(shown, exc) from None  # the driver's text may quote the DSN
+    pools: list[Any] = []
     pool: Any = pool_class(
         dsn,
         min_size=min_size,
@@ -314,8 +316,9 @@ def _opening(
         kwargs=POSTGRES_CONNECTION_KWARGS,
         open=False,
         name="langgraph-resilience",
-        check=pool_class.check_connection,  # a server restart breaks idle connections
+        check=_purging_check(pool_class, pools),  # a server restart breaks idle connections
     )
+    pools.append(pool)
     try:
         try:
             yield Call(pool.open, None, (), {"wait": True, "timeout": timeout})
@@ -336,6 +339,32 @@ def _opening(
         yield Call(pool.close)
         raise PersistenceError(f"cannot open PostgreSQL at {shown}: {first_line(exc)}") from None
     return persistence
+
+
+def _purging_check(pool_class: Any, pools: list[Any]) -> Callable[[Any], Any]:
+    """The pool's check on checkout, which on the first broken connection checks every
+    idle one at once (`pool.check()`): after a server restart all of them are broken,
+    and psycopg_pool would otherwise find that out one checkout at a time, waiting its
+    reconnection backoff (0, 1, 2, 4, ... s) between them, until its timeout."""
+    if inspect.iscoroutinefunction(pool_class.check_connection):
+
+        async def acheck(conn: Any) -> None:
+            try:
+                await pool_class.check_connection(conn)
+            except Exception:
+                await pools[0].check()
+                raise
+
+        return acheck
+
+    def check(conn: Any) -> None:
+        try:
+            pool_class.check_connection(conn)
+        except Exception:
+            pools[0].check()
+            raise
+
+    return check
 
 
 class PostgresOptions(TypedDict, total=False):

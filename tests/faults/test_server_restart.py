@@ -7,9 +7,8 @@ raised is resumed once (``resume(app, thread, lock=p)``) when the server is back
 must complete; every amount is paid exactly once. Half the trials hold the thread
 lock (its session dies in the restart too), half do not.
 
-Each trial opens its own `open_postgres` (a worker's lifetime): a long-lived pool
-that grew to k idle connections makes the first call after a restart wait
-2**(k-1) - 1 s in psycopg_pool's check backoff, which scenario 4 covers on its own.
+Each trial opens its own `open_postgres` (a worker's lifetime); a long-lived pool
+that grew to k idle connections before the restart is scenario 4's own test.
 
 Then the same restart is landed at each statement a run sends (a proxy trigger),
 deterministically; and a restart during a checkpoint write must reach the user as a
