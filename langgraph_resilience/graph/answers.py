@@ -198,12 +198,18 @@ def call_id_error(call: ToolCall, count: int) -> ToolError:
 
 
 def _not_run(
-    call: ToolCall, kind: str, message: str, context: dict[str, Any], *, call_id: str | None
+    call: ToolCall,
+    kind: str,
+    message: str,
+    context: dict[str, Any],
+    *,
+    call_id: str | None,
+    failure_class: FailureClass = FailureClass.STRUCTURAL,
 ) -> ToolError:
-    """A STRUCTURAL refusal of a call that was not executed: the agent must change it."""
+    """The envelope of a call that was refused, not executed (never retried as is)."""
     return ToolError(
         type=kind,
-        failure_class=FailureClass.STRUCTURAL,
+        failure_class=failure_class,
         message=message,
         suggested_action="ask_human",
         retriable=False,
@@ -215,15 +221,14 @@ def _not_run(
 
 def budget_error(call: ToolCall, exhausted: ExhaustionReason) -> ToolError:
     """The envelope of a call refused because a budget is spent."""
-    return ToolError(
-        type="BudgetExhausted",
-        failure_class=FailureClass.TRANSIENT,
-        message=f"the thread's {exhausted} budget is spent; the call was not executed",
-        suggested_action="ask_human",
-        retriable=False,
-        tool=call["name"],
+    message = f"the thread's {exhausted} budget is spent; the call was not executed"
+    return _not_run(
+        call,
+        "BudgetExhausted",
+        message,
+        {"exhausted": exhausted},
         call_id=call["id"],
-        context={"exhausted": exhausted},
+        failure_class=FailureClass.TRANSIENT,
     )
 
 
