@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sqlite3
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
-import psycopg
+from langgraph_resilience.cli.options import DSN_ENV, UsageError
 
-from langgraph_resilience.cli.commands import cmd_bench, cmd_demo, cmd_resume
-from langgraph_resilience.cli.options import UsageError
-from langgraph_resilience.cli.output import Output, one_line
-from langgraph_resilience.cli.session import DSN_ENV
-from langgraph_resilience.cli.threads import cmd_threads
-from langgraph_resilience.stores.persistence import (
-    PersistenceError,
-    ThreadBusyError,
-    ThreadNotFoundError,
-)
+# The parser imports nothing heavy: `--help` and a usage error answer before
+# LangGraph, psycopg or the demo are imported; a command imports what it runs.
 
 __all__ = ["EXIT_USAGE", "build_parser", "main", "run"]
 
@@ -109,7 +102,7 @@ def _add_demo(sub: Subparsers, common: argparse.ArgumentParser) -> None:
         "a node name (agent, tools, retry, ...) or NODE:K, or a step number",
     )
     _answer_flags(demo, pause=True)
-    demo.set_defaults(handler=cmd_demo)
+    demo.set_defaults(handler="commands:cmd_demo")
 
 
 def _add_threads_and_resume(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -126,7 +119,7 @@ def _add_threads_and_resume(sub: Subparsers, common: argparse.ArgumentParser) ->
         metavar="N",
         help="only the N most recently written threads (default: all)",
     )
-    threads.set_defaults(handler=cmd_threads, seed=7)
+    threads.set_defaults(handler="threads:cmd_threads", seed=7)
     resume = sub.add_parser(
         "resume",
         parents=[common],
@@ -136,7 +129,7 @@ def _add_threads_and_resume(sub: Subparsers, common: argparse.ArgumentParser) ->
     resume.add_argument("thread_id", metavar="THREAD_ID")
     resume.add_argument("--seed", type=int, default=7, help="jitter seed (default: 7)")
     _answer_flags(resume, pause=False)
-    resume.set_defaults(handler=cmd_resume)
+    resume.set_defaults(handler="commands:cmd_resume")
 
 
 def _add_bench(sub: Subparsers) -> None:
@@ -155,7 +148,7 @@ def _add_bench(sub: Subparsers) -> None:
     bench.add_argument("--mix", nargs="+", help="fault mixes to run (default: all)")
     bench.add_argument("--seeds", type=int, help="fault seeds per task (pass^k)")
     bench.add_argument("--out", help="directory for the JSON report and the chart")
-    bench.set_defaults(handler=cmd_bench, json=False)
+    bench.set_defaults(handler="commands:cmd_bench", json=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,8 +187,35 @@ def main(
     err = stderr if stderr is not None else sys.stderr
     try:
         args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        print(f"langgraph-resilience: error: {one_line_of(exc)}", file=err)
+        return EXIT_USAGE
+    return _dispatch(args, stdout, err)
+
+
+def one_line_of(exc: BaseException) -> str:
+    """`cli.output.one_line`, imported only when there is an error to show."""
+    from langgraph_resilience.cli.output import one_line  # noqa: PLC0415
+
+    return one_line(exc)
+
+
+def _dispatch(args: argparse.Namespace, stdout: TextIO | None, err: TextIO) -> int:
+    """Run the parsed command; its user mistakes end in one line and exit code 2."""
+    import psycopg  # noqa: PLC0415 (imported by the command, not by --help)
+
+    from langgraph_resilience.cli.output import Output, one_line  # noqa: PLC0415
+    from langgraph_resilience.stores.persistence import (  # noqa: PLC0415
+        PersistenceError,
+        ThreadBusyError,
+        ThreadNotFoundError,
+    )
+
+    module, _, name = str(args.handler).partition(":")
+    try:
+        handler = getattr(importlib.import_module(f"langgraph_resilience.cli.{module}"), name)
         out = Output(json_mode=args.json, file=stdout)
-        code: int = args.handler(args, out)
+        code: int = handler(args, out)
     except (UsageError, PersistenceError, ThreadBusyError, ThreadNotFoundError) as exc:
         print(f"langgraph-resilience: error: {one_line(exc)}", file=err)
         return EXIT_USAGE

@@ -8,12 +8,23 @@ import dataclasses
 import json
 from typing import Any, Literal
 
-from langgraph_resilience.cli.demo import SIDE_EFFECTS
-
-__all__ = ["ANSWER_FLAGS", "NODES", "Answer", "CrashAt", "UsageError", "answer_of", "crash_at"]
+__all__ = [
+    "ANSWER_FLAGS",
+    "DSN_ENV",
+    "NODES",
+    "Answer",
+    "CrashAt",
+    "UsageError",
+    "answer_of",
+    "crash_at",
+]
 
 NODES = ("agent", "tools", "retry", "repair", "planner", "executor", "escalate")
 ANSWER_FLAGS = "--approve, --skip, --edit JSON or --abort"
+
+
+DSN_ENV = "LANGGRAPH_RESILIENCE_DSN"
+"""The environment variable naming the demo's PostgreSQL DSN."""
 
 
 class UsageError(Exception):
@@ -70,6 +81,8 @@ def crash_at(text: str | None) -> CrashAt | None:
     """The crash point ``--crash-at`` names, or None without one."""
     if text is None:
         return None
+    from langgraph_resilience.cli.demo import SIDE_EFFECTS  # noqa: PLC0415 (the demo is heavy)
+
     valid = (
         f"use a side effect ({', '.join(SIDE_EFFECTS)}), a node ({', '.join(NODES)}), "
         "NODE:K for its K-th run, or a step number"

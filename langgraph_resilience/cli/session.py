@@ -18,7 +18,7 @@ from langgraph.types import StateSnapshot
 
 from langgraph_resilience.cli.back_office import DemoStore, open_demo_store
 from langgraph_resilience.cli.demo import AfterEffect, SupportDemo, build_demo, is_demo_thread
-from langgraph_resilience.cli.options import UsageError
+from langgraph_resilience.cli.options import DSN_ENV, UsageError
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.stores.persistence import (
@@ -42,8 +42,6 @@ __all__ = [
     "thread_config",
     "unfinished",
 ]
-
-DSN_ENV = "LANGGRAPH_RESILIENCE_DSN"
 
 
 def default_state_dir() -> pathlib.Path:

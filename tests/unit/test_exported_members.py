@@ -69,7 +69,10 @@ def test_every_exported_name_is_importable(name: str) -> None:
 
 
 def test_every_public_class_and_function_is_exported() -> None:
-    """Nothing public defined in the package is left out of __all__."""
+    """Nothing public defined in the package is left out of __all__ (every lazily
+    imported name is loaded first, so none is missed for not being touched yet)."""
+    for name in langgraph_resilience.__all__:
+        getattr(langgraph_resilience, name)
     missing = sorted(
         name
         for name, value in vars(langgraph_resilience).items()
@@ -79,6 +82,12 @@ def test_every_public_class_and_function_is_exported() -> None:
         and name not in langgraph_resilience.__all__
     )
     assert missing == []
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    """The lazy loader answers a typo like a plain module: AttributeError, naming it."""
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = langgraph_resilience.no_such_name  # type: ignore[attr-defined]
 
 
 def test_star_import_gives_exactly_all() -> None:
