@@ -11,12 +11,11 @@ breaker refuses the call before it executes, and the agent gets a STRUCTURAL
 envelope with ``retry_after_ms`` at once, with no attempts and no backoff. The
 parent process then reads both threads from the shared checkpointer.
 
-The DSN is ``LANGGRAPH_RESILIENCE_DSN`` or
-``postgresql://postgres@127.0.0.1:5432/postgres`` (tables are created if
-missing). When that server cannot be reached the script says so in one line and
-falls back to `open_sqlite`. Without PostgreSQL, breakers live in one process
-(`InMemoryBreakerStore`), so the fallback runs the two workers as two threads of
-this process sharing the store and the SQLite file. The script runs offline: the
+The DSN is ``LANGGRAPH_RESILIENCE_DSN`` (tables are created if missing); without
+it the script says so in one line and uses `open_sqlite` in a temporary directory,
+so it never writes into a database you did not name. Without PostgreSQL, breakers
+live in one process (`InMemoryBreakerStore`), so the workers then run as two threads
+of this process sharing the store and the SQLite file. The script runs offline: the
 model is a `ScriptedChatModel` and the outage comes from `FaultyTool`; the clock
 is real, with backoff shortened to milliseconds.
 
@@ -57,7 +56,6 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.stores.persistence import (
     Persistence,
-    PersistenceError,
     open_postgres,
     open_sqlite,
     thread_status,
@@ -70,7 +68,6 @@ from langgraph_resilience.testing import (
     tool_calls,
 )
 
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BREAKER = BreakerConfig(minimum_calls=1, window_size=1, open_duration=60)
 """Demo-sized so that one failed call trips it (the default judges 30+ calls)."""
 SHOWN_EVENTS = ("attempt", "retry_scheduled", "breaker", "gave_up")
@@ -221,17 +218,18 @@ def run_threads(p: Persistence, thread_ids: list[str], key: str) -> list[dict[st
 
 
 @contextlib.contextmanager
-def open_persistence(dsn: str) -> Iterator[Persistence]:
-    """PostgreSQL when reachable, else embedded SQLite in a temporary directory."""
+def open_persistence(dsn: str | None) -> Iterator[Persistence]:
+    """PostgreSQL at `dsn` (the database you named), else embedded SQLite in a
+    temporary directory: the example never writes into a database nobody named."""
     with contextlib.ExitStack() as stack:
-        try:
+        if dsn is not None:
             p = stack.enter_context(open_postgres(dsn, timeout=5))
             print(f"persistence: PostgreSQL at {p.target}; workers are processes")
-        except PersistenceError as exc:
+        else:
             state_dir = stack.enter_context(tempfile.TemporaryDirectory())
             p = stack.enter_context(open_sqlite(pathlib.Path(state_dir) / "threads.sqlite"))
             print(
-                f"PostgreSQL unavailable ({exc}); using embedded SQLite at {p.target}, where "
+                f"LANGGRAPH_RESILIENCE_DSN is not set: embedded SQLite at {p.target}, where "
                 "breakers are in-process: the workers are threads of this process"
             )
         yield p
@@ -239,7 +237,7 @@ def open_persistence(dsn: str) -> Iterator[Persistence]:
 
 def main() -> int:
     """Run both workers, print what each did; exit 1 unless worker 2 never executed the tool."""
-    dsn = os.environ.get("LANGGRAPH_RESILIENCE_DSN", DEFAULT_DSN)
+    dsn = os.environ.get("LANGGRAPH_RESILIENCE_DSN")
     run = uuid.uuid4().hex[:8]
     key = f"inventory-api:{run}"
     thread_ids = [f"user-a-{run}", f"user-b-{run}"]

@@ -11,10 +11,9 @@ refund happened, instead of refunding again. The tool reads the key with
 ``Idempotency-Key`` header).
 
 The checkpointer, store and ledger come from `open_postgres`, on the DSN in
-``LANGGRAPH_RESILIENCE_DSN`` or ``postgresql://postgres@127.0.0.1:5432/postgres``
-(its tables are created if missing). When that server cannot be reached the
-script says so in one line and falls back to `open_sqlite` in a temporary
-directory: the same code, the embedded default. The script runs offline: the
+``LANGGRAPH_RESILIENCE_DSN`` (its tables are created if missing). Without it the
+script says so in one line and uses `open_sqlite` in a temporary directory: the
+same code, the embedded default, and never a database you did not name. The script runs offline: the
 model is a `ScriptedChatModel`, the lost response comes from `FaultyTool` and
 time from a `FakeClock`; the payment service is an in-memory stand-in.
 
@@ -22,7 +21,7 @@ Run it from the repository root:
 
     python examples/order_refund_postgres.py
 
-and against another server with
+and on PostgreSQL with
 ``LANGGRAPH_RESILIENCE_DSN=postgresql://user:password@host:5432/db`` in the
 environment.
 """
@@ -52,7 +51,6 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.stores.persistence import (
     Persistence,
-    PersistenceError,
     open_postgres,
     open_sqlite,
     thread_status,
@@ -65,8 +63,6 @@ from langgraph_resilience.testing import (
     text,
     tool_calls,
 )
-
-DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 class PaymentService:
@@ -144,16 +140,17 @@ def build_app(p: Persistence) -> Any:
 
 @contextlib.contextmanager
 def open_persistence() -> Iterator[Persistence]:
-    """PostgreSQL when reachable, else embedded SQLite in a temporary directory."""
-    dsn = os.environ.get("LANGGRAPH_RESILIENCE_DSN", DEFAULT_DSN)
+    """PostgreSQL at ``LANGGRAPH_RESILIENCE_DSN`` (the database you named), else embedded
+    SQLite in a temporary directory: never a database nobody named."""
+    dsn = os.environ.get("LANGGRAPH_RESILIENCE_DSN")
     with contextlib.ExitStack() as stack:
-        try:
+        if dsn is not None:
             p = stack.enter_context(open_postgres(dsn, timeout=5))
             print(f"persistence: PostgreSQL at {p.target}")
-        except PersistenceError as exc:
+        else:
             state_dir = stack.enter_context(tempfile.TemporaryDirectory())
             p = stack.enter_context(open_sqlite(pathlib.Path(state_dir) / "threads.sqlite"))
-            print(f"PostgreSQL unavailable ({exc}); using embedded SQLite at {p.target}")
+            print(f"LANGGRAPH_RESILIENCE_DSN is not set: embedded SQLite at {p.target}")
         yield p
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from nbclient import NotebookClient
 from traitlets import default
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+DSN_ENV = "LANGGRAPH_RESILIENCE_DSN"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 PUBLIC_MODULES = {
@@ -141,10 +143,7 @@ def test_only_the_public_api_is_imported(path: pathlib.Path) -> None:
     assert imported <= PUBLIC_MODULES, f"private imports: {sorted(imported - PUBLIC_MODULES)}"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", EXAMPLES, ids=_ids(EXAMPLES))
-def test_example_exits_zero(path: pathlib.Path) -> None:
-    """``python examples/<name>.py`` from the repository root exits 0."""
+def _run_example(path: pathlib.Path, env: dict[str, str]) -> str:
     result = subprocess.run(
         [sys.executable, str(path.relative_to(ROOT))],
         cwd=ROOT,
@@ -152,9 +151,35 @@ def test_example_exits_zero(path: pathlib.Path) -> None:
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     assert result.stdout.strip(), "the example printed nothing"
+    return result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXAMPLES, ids=_ids(EXAMPLES))
+def test_example_exits_zero(path: pathlib.Path) -> None:
+    """``python examples/<name>.py`` from the repository root exits 0; with no DSN
+    named it touches no database server (the embedded SQLite default)."""
+    env = {k: v for k, v in os.environ.items() if k != DSN_ENV}
+    out = _run_example(path, env)
+    assert "PostgreSQL at" not in out
+
+
+POSTGRES_EXAMPLES = [p for p in EXAMPLES if DSN_ENV in p.read_text(encoding="utf-8")]
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.parametrize("path", POSTGRES_EXAMPLES, ids=_ids(POSTGRES_EXAMPLES))
+def test_a_postgres_example_runs_on_the_database_it_is_given(
+    path: pathlib.Path, pg_dsn: str
+) -> None:
+    """With ``LANGGRAPH_RESILIENCE_DSN`` naming a fresh database, the example runs there."""
+    out = _run_example(path, {**os.environ, DSN_ENV: pg_dsn})
+    assert "PostgreSQL at" in out
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=_ids(EXAMPLES))
