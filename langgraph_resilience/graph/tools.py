@@ -131,7 +131,14 @@ class GuardedToolNode(ResilienceNode):
 
     Use it through `add_resilience`, which also wires the router, the retry node and
     the recovery nodes; or wire it by hand like LangGraph's `ToolNode`: the node
-    alone classifies, records and answers, it never waits.
+    alone classifies, records and answers, it never waits. Its defaults are
+    `add_resilience`'s: `ResiliencePolicy()`, the system clock, `DEFAULT_BREAKER`
+    per tool (``breaker=None`` turns breakers off), and a ledger for side effects
+    that follows the graph's checkpointer.
+
+    >>> node = GuardedToolNode([search])  # doctest: +SKIP
+    >>> builder.add_node("tools", node)  # doctest: +SKIP
+    >>> builder.add_conditional_edges("tools", next_step, {...})  # doctest: +SKIP
     """
 
     def __init__(
