@@ -71,9 +71,12 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
                 by, hint = "the demo, on your behalf,", _DEFAULT_HINT
             inputs = {"messages": [("user", CUSTOMER_REQUEST)]}
             snapshot = runner.drive(inputs, answer, by=by, hint=hint)
-            if crash is not None:
-                out.line(f"[yellow]--crash-at {crash.text} was never reached[/yellow]")
             print_summary(out, summary(s, thread_id, snapshot, args))
+    if crash is not None:  # the run ended without reaching it: the user asked for nothing
+        raise UsageError(
+            f"--crash-at {crash.text} was never reached: the thread ran {runner.step} steps "
+            "and ended; nothing was killed (pick a step the output shows, or a node)"
+        )
     return 0
 
 

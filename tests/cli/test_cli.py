@@ -386,3 +386,14 @@ def test_readme_commands_are_what_ci_runs() -> None:
     ):
         assert command in readme
         assert command.replace("pip install", "pip install -q") in ci
+
+
+def test_a_crash_point_never_reached_is_a_usage_error(tmp_path: pathlib.Path) -> None:
+    """`--crash-at 999` on a shorter run: the demo still finishes and prints its summary,
+    then says in one line that nothing was killed, and exits 2 (not a silent 0)."""
+    result = run_here("demo", "--crash-at", "999", "--state-dir", str(tmp_path))
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "--crash-at 999 was never reached" in line
+    assert "nothing was killed" in line
+    assert "is done" in result.stdout
