@@ -1,10 +1,8 @@
 """Secret redaction of free text (`redact`) and JSON-like values (`redact_value`)."""
 
-import math
-import time
-
 import pytest
 
+from benchmarks.redaction import ADVERSARIAL, hostile_error
 from langgraph_resilience import redact
 from langgraph_resilience.core import redaction
 from langgraph_resilience.core.classify import classify
@@ -17,7 +15,6 @@ from langgraph_resilience.core.redaction import (
     redact_value,
     unmask_args,
 )
-from langgraph_resilience.testing import FakeHTTPError
 
 
 @pytest.mark.parametrize(
@@ -427,27 +424,6 @@ def test_unmask_args_restores_what_was_copied_back_masked() -> None:
 
 # ------------------------------------------------------------------ linear time
 
-_MB = 1_000_000
-ADVERSARIAL = {
-    "a-": "a-" * (_MB // 2),  # the old DSN pattern backtracked on this: 2.2 s for 20 KB
-    "a:": "a:" * (_MB // 2),
-    "=": "=" * _MB,
-    "nested-scheme": "a://" * (_MB // 4),
-    "scheme-at-colon": "x://" + "a@a:" * (_MB // 4),
-    "at": "x://a:" + "@" * _MB,
-    "password-pairs": "password=a " * (_MB // 11),
-    "glued-keys": "pwd:" * (_MB // 4),
-    "token-words": "token=" * (_MB // 6),
-    "spaces-after-a-pair": "password=x" + " " * _MB,
-    "separators-after-a-pair": "password=x" + " ,a" * (_MB // 3),
-    "open-quote": 'password="' + "\\a" * (_MB // 2),
-    "misquoted": ("token:' password=" * (_MB // 17)),
-    "jwt-dashes": "eyJ-" * (_MB // 4),
-    "sk-dashes": "sk-" * (_MB // 3),
-    "bearer": "bearer " * (_MB // 7),
-    "pem-begins": "-----BEGIN PRIVATE KEY-----" * (_MB // 27),
-}
-
 
 @pytest.mark.parametrize("text", [pytest.param(t, id=k) for k, t in ADVERSARIAL.items()])
 def test_redaction_reads_a_bounded_input(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -461,33 +437,27 @@ def test_redaction_reads_a_bounded_input(text: str, monkeypatch: pytest.MonkeyPa
         return scrub(part, truncated=truncated)
 
     monkeypatch.setattr(redaction, "_scrub", measured)
-    started = time.perf_counter()
     out = redact(text)
-    elapsed = time.perf_counter() - started
     assert scrubbed
     assert max(scrubbed) <= DEFAULT_LIMIT
     assert len(out) <= DEFAULT_LIMIT
-    assert elapsed < 0.05  # measured: under 1 ms
 
 
-@pytest.mark.parametrize("text", [pytest.param(t, id=k) for k, t in ADVERSARIAL.items()])
-def test_redacting_a_whole_megabyte_is_linear(text: str) -> None:
-    """Even unbounded (``limit=None``) a megabyte of adversarial text is scrubbed in
-    linear time (measured 10-300 ms here; the old patterns took >150 s for 100 KB)."""
-    best = math.inf
-    for _ in range(3):
-        started = time.perf_counter()
-        redact(text, limit=None)
-        best = min(best, time.perf_counter() - started)
-    assert best < 2.0
+def test_classifying_a_huge_hostile_error_scrubs_a_bounded_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 1 MB exception text and a 1 MB 500-body cost a bounded amount of redaction
+    (its time is `benchmarks/redaction.py`'s, never a unit test's)."""
+    scrubbed: list[int] = []
+    scrub = redaction._scrub
 
+    def measured(part: str, *, truncated: bool = False) -> str:
+        scrubbed.append(len(part))
+        return scrub(part, truncated=truncated)
 
-def test_classifying_a_huge_hostile_error_is_fast() -> None:
-    """A 1 MB exception text and a 1 MB 500-body cost a bounded amount of redaction."""
-    error = FakeHTTPError(500, body="a-" * (_MB // 2))
-    error.args = ("a-" * (_MB // 2),)
-    started = time.perf_counter()
-    envelope = classify(error, tool="search")
-    assert time.perf_counter() - started < 0.5
+    monkeypatch.setattr(redaction, "_scrub", measured)
+    envelope = classify(hostile_error(), tool="search")
+    assert scrubbed
+    assert max(scrubbed) <= DEFAULT_LIMIT
     assert len(envelope.message) <= 500
     assert len(envelope.context["body"]) <= 300

@@ -1,0 +1,87 @@
+"""Redaction cost on adversarial input: a hostile upstream must not stall a thread.
+
+For each input of `ADVERSARIAL` (1 MB texts built to make backtracking patterns
+quadratic: the old DSN pattern took 2.2 s for 20 KB and over 150 s for 100 KB), the
+best of three wall times of `redact(text)` (the default: the text is truncated to
+``DEFAULT_LIMIT`` first, then scrubbed) and of `redact(text, limit=None)` (the whole
+megabyte scrubbed), and of `classify` on a 500 whose text and body are 1 MB each.
+Target: the default path < 50 ms per megabyte (issue 12). Timings live here, never
+in the unit tests, which check the bounded input instead.
+
+Run it from the repository root::
+
+    python benchmarks/redaction.py
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.redaction import redact
+from langgraph_resilience.testing import FakeHTTPError
+
+_MB = 1_000_000
+ADVERSARIAL = {
+    "a-": "a-" * (_MB // 2),  # the old DSN pattern backtracked on this: 2.2 s for 20 KB
+    "a:": "a:" * (_MB // 2),
+    "=": "=" * _MB,
+    "nested-scheme": "a://" * (_MB // 4),
+    "scheme-at-colon": "x://" + "a@a:" * (_MB // 4),
+    "at": "x://a:" + "@" * _MB,
+    "password-pairs": "password=a " * (_MB // 11),
+    "glued-keys": "pwd:" * (_MB // 4),
+    "token-words": "token=" * (_MB // 6),
+    "spaces-after-a-pair": "password=x" + " " * _MB,
+    "separators-after-a-pair": "password=x" + " ,a" * (_MB // 3),
+    "open-quote": 'password="' + "\\a" * (_MB // 2),
+    "misquoted": ("token:' password=" * (_MB // 17)),
+    "jwt-dashes": "eyJ-" * (_MB // 4),
+    "sk-dashes": "sk-" * (_MB // 3),
+    "bearer": "bearer " * (_MB // 7),
+    "pem-begins": "-----BEGIN PRIVATE KEY-----" * (_MB // 27),
+}
+"""About a megabyte each, shaped against each pattern of `core.redaction`."""
+
+TARGET_MS = 50.0
+
+
+def best_ms(func: Callable[[], Any], repeats: int = 3) -> float:
+    """The best of `repeats` wall times of `func`, in milliseconds."""
+    best = math.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        func()
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
+
+
+def hostile_error() -> FakeHTTPError:
+    """A 500 whose message and body are a megabyte of the old worst case each."""
+    error = FakeHTTPError(500, body="a-" * (_MB // 2))
+    error.args = ("a-" * (_MB // 2),)
+    return error
+
+
+def main() -> int:
+    """Print the table; exit 1 if the default path misses its target on any input."""
+    print(f"{'input':<26} {'default ms':>11} {'limit=None ms':>14}")
+    worst = 0.0
+    for name, text in ADVERSARIAL.items():
+        default = best_ms(lambda text=text: redact(text))
+        whole = best_ms(lambda text=text: redact(text, limit=None))
+        worst = max(worst, default)
+        print(f"{name:<26} {default:>11.2f} {whole:>14.1f}")
+    error = hostile_error()
+    classified = best_ms(lambda: classify(error, tool="search"))
+    print(f"{'classify(1 MB 500)':<26} {classified:>11.2f}")
+    verdict = "ok" if worst < TARGET_MS else "MISS"
+    print(f"\nworst default redaction: {worst:.2f} ms (target < {TARGET_MS:g} ms): {verdict}")
+    return 0 if worst < TARGET_MS else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
