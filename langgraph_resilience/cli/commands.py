@@ -62,7 +62,7 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
                     f"`{resume_command(args, thread_id)}` or pick another --thread-id"
                 )
             out.record("start", thread_id=thread_id, target=s.persistence.target)
-            out.line(
+            out.whole(
                 f"[bold]thread[/bold] {thread_id}  [dim]({escape(s.persistence.target)})[/dim]"
             )
             out.line(f"[bold]customer[/bold] {escape(CUSTOMER_REQUEST)}\n")
@@ -102,7 +102,7 @@ def cmd_resume(args: argparse.Namespace, out: Output) -> int:
                     f"answer with {ANSWER_FLAGS}"
                 )
             out.record("resume", thread_id=thread_id, state=state)
-            out.line(
+            out.whole(
                 f"[bold]thread[/bold] {thread_id}  [dim]({escape(s.persistence.target)})[/dim]"
             )
             if state == "done":

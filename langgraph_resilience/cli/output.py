@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from langgraph_resilience.core.redaction import redact
 
-__all__ = ["Output", "args_text", "class_text", "message_of", "one_line"]
+__all__ = ["Output", "args_text", "class_text", "fitted_table", "message_of", "one_line"]
 
 
 def args_text(args: Mapping[str, Any]) -> str:
@@ -39,6 +41,53 @@ def one_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+def _min_widths(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], whole: Collection[str]
+) -> list[int]:
+    """Each column's narrowest width that splits no word (no cell at all in `whole`)."""
+    widths = []
+    for index, header in enumerate(headers):
+        plain = [Text.from_markup(row[index]).plain for row in rows]
+        if header in whole:
+            widths.append(max([len(header), *(len(cell) for cell in plain)]))
+        else:
+            words = [word for cell in [header, *plain] for word in cell.split()]
+            widths.append(max((len(w) for w in words), default=1))
+    return widths
+
+
+def fitted_table(
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    whole: Collection[str] = (),
+    width: int,
+) -> RenderableType:
+    """Rows that wrap on word boundaries only, at `width` columns: a table whose every
+    column is at least as wide as its longest word (the columns in `whole`, ids and
+    names, never wrap), or, when those widths do not fit, one block per row (its first
+    cell as a heading, then ``header: value`` lines). Cells may hold rich markup."""
+    widths = _min_widths(headers, rows, whole)
+    if sum(widths) + 3 * len(widths) + 1 <= width:
+        table = Table(title=title)
+        for header, least in zip(headers, widths, strict=True):
+            table.add_column(header, no_wrap=header in whole, min_width=least)
+        for row in rows:
+            table.add_row(*row)
+        return table
+    label = max(len(header) for header in headers[1:]) + 2
+    blocks: list[RenderableType] = [Text.from_markup(f"[bold]{escape(title)}[/bold]")]
+    for row in rows:
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, width=label, style="dim")
+        grid.add_column(ratio=1)
+        for header, cell in zip(headers[1:], row[1:], strict=True):
+            grid.add_row(f"  {header}", cell)
+        blocks += [Text.from_markup(f"[bold]{row[0]}[/bold]"), grid]
+    return Group(*blocks)
+
+
 class Output:
     """Text (rich; plain when not a terminal) or JSON lines on `file` (stdout)."""
 
@@ -48,8 +97,15 @@ class Output:
         self.console = Console(file=self.file, highlight=False, soft_wrap=False)
 
     def line(self, text: str = "") -> None:
+        """Prose, wrapped to the terminal on word boundaries."""
         if not self.json:
             self.console.print(text)
+
+    def whole(self, text: str) -> None:
+        """A line never wrapped (a command or an id to copy): wider than the terminal,
+        it runs on, and the terminal folds it visually without breaking the copy."""
+        if not self.json:
+            self.console.print(text, soft_wrap=True)
 
     def record(self, kind: str, fields: Mapping[str, Any] | None = None, /, **more: Any) -> None:
         """One JSON line (in JSON mode): ``{"kind": kind, **fields, **more}``."""

@@ -9,11 +9,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 from langgraph.types import StateSnapshot
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.table import Table
 
 from langgraph_resilience.cli.explain import explain_calls
-from langgraph_resilience.cli.output import Output, args_text
+from langgraph_resilience.cli.output import Output, args_text, fitted_table
 from langgraph_resilience.cli.session import Session, escalations, resume_command, state_of
 from langgraph_resilience.events import EVENT_KEY
 
@@ -110,10 +110,8 @@ def _short_outcome(row: Mapping[str, Any]) -> str:
     return "ok" if text.startswith(("{", "[")) else f"ok: {text.split(':', maxsplit=1)[0][:40]}"
 
 
-def _calls_table(calls: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="Every tool call: what failed, how it was classified, what recovered it")
-    for column in ("tool", "what failed", "class", "recovered by", "cost", "outcome"):
-        table.add_column(column, overflow="fold", no_wrap=column == "tool")
+def _calls_table(calls: Sequence[Mapping[str, Any]], width: int) -> RenderableType:
+    rows = []
     for row in calls:
         cost = f"{row['executions']} attempt" + ("s" if row["executions"] != 1 else "")
         if row["llm_calls"]:
@@ -121,25 +119,44 @@ def _calls_table(calls: Sequence[Mapping[str, Any]]) -> Table:
         if row["backoff_s"]:
             cost += f", {row['backoff_s']:.2f}s wait"
         style = _STYLE["ok" if row["ok"] else "error"]
-        table.add_row(
-            row["tool"],
-            escape(row["failed"]),
-            _classes(row["classes"]),
-            escape(row["how"]),
-            cost,
-            f"[{style}]{escape(_short_outcome(row))}[/{style}]",
+        rows.append(
+            [
+                row["tool"],
+                escape(row["failed"]),
+                _classes(row["classes"]),
+                escape(row["how"]),
+                cost,
+                f"[{style}]{escape(_short_outcome(row))}[/{style}]",
+            ]
         )
-    return table
+    return fitted_table(
+        "Every tool call: what failed, how it was classified, what recovered it",
+        ("tool", "what failed", "class", "recovered by", "cost", "outcome"),
+        rows,
+        whole={"tool"},
+        width=width,
+    )
 
 
-def _effects_table(effects: Sequence[Mapping[str, Any]]) -> Table:
-    table = Table(title="Side effects in the back office (one row per execution)")
-    for column in ("effect", "idempotency key", "executions", "detail"):
-        table.add_column(column)
+def _effects_table(effects: Sequence[Mapping[str, Any]], width: int) -> RenderableType:
+    """One row per effect; its idempotency key is printed whole below (`_effect_keys`)."""
+    rows = []
     for effect in effects:
         detail = {k: v for k, v in effect.items() if k not in ("kind", "key", "executions")}
-        table.add_row(effect["kind"], effect["key"], str(effect["executions"]), args_text(detail))
-    return table
+        rows.append([effect["kind"], str(effect["executions"]), escape(args_text(detail))])
+    return fitted_table(
+        "Side effects in the back office (one row per execution)",
+        ("effect", "executions", "detail"),
+        rows,
+        whole={"effect"},
+        width=width,
+    )
+
+
+def _effect_keys(out: Output, effects: Sequence[Mapping[str, Any]]) -> None:
+    """Each effect's idempotency key, whole on its own line (never wrapped: copy it)."""
+    for effect in effects:
+        out.whole(f"  {effect['kind']} key: {effect['key']}")
 
 
 def _where(out: Output, summary: Mapping[str, Any]) -> None:
@@ -147,10 +164,10 @@ def _where(out: Output, summary: Mapping[str, Any]) -> None:
     thread = f"\nthread [bold]{summary['thread_id']}[/bold]"
     if summary["state"] == "interrupted":
         out.line(f"{thread} waits for a human; answer with:")
-        out.line(f"  [bold]{escape(summary['resume'])}[/bold]")
+        out.whole(f"  [bold]{escape(summary['resume'])}[/bold]")
     elif summary["state"] == "pending":
         out.line(f"{thread} stopped; continue it with:")
-        out.line(f"  [bold]{escape(summary['resume'])}[/bold]")
+        out.whole(f"  [bold]{escape(summary['resume'])}[/bold]")
     elif summary["aborted"]:
         out.line(f"{thread} was aborted by a human")
     else:
@@ -162,9 +179,10 @@ def print_summary(out: Output, summary: Mapping[str, Any]) -> None:
     if out.json:
         out.record("summary", summary)
         return
-    out.console.print(_calls_table(summary["calls"]))
+    out.console.print(_calls_table(summary["calls"], out.console.width))
     if summary["effects"]:
-        out.console.print(_effects_table(summary["effects"]))
+        out.console.print(_effects_table(summary["effects"], out.console.width))
+        _effect_keys(out, summary["effects"])
         verdict = "exactly once" if summary["exactly_once"] else "[red]MORE THAN ONCE[/red]"
         out.line(f"every side effect ran {verdict}")
     cost = summary["cost"]

@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import AIMessage
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.table import Table
 
 from langgraph_resilience.cli.demo import is_demo_thread
-from langgraph_resilience.cli.output import Output, one_line
+from langgraph_resilience.cli.output import Output, fitted_table, one_line
 from langgraph_resilience.cli.session import (
     Session,
     open_session,
@@ -101,22 +101,28 @@ def _thread_row(session: Session, args: argparse.Namespace, thread_id: str) -> d
 _COLORS = {"done": "green", "interrupted": "yellow", "pending": "yellow", "failed": "red"}
 
 
-def _table(target: str, found: list[dict[str, Any]]) -> Table:
-    table = Table(title=f"Threads in {target}")
-    for column in ("thread", "state", "where / why", "tool runs", "effects", "updated"):
-        table.add_column(column, overflow="fold")
+def _table(found: list[dict[str, Any]], width: int) -> RenderableType:
+    rows = []
     for item in found:
         effects = ", ".join(f"{n} {k}" for k, n in item.get("effects", {}).items() if n)
         color = _COLORS.get(item["state"], "white")
-        table.add_row(
-            item["thread_id"],
-            f"[{color}]{item['state']}[/{color}]",
-            escape(item["why"]),
-            str(item.get("tool_executions", "-")),
-            effects or "-",
-            _updated(item.get("updated_at")),
+        rows.append(
+            [
+                item["thread_id"],
+                f"[{color}]{item['state']}[/{color}]",
+                escape(item["why"]),
+                str(item.get("tool_executions", "-")),
+                effects or "-",
+                _updated(item.get("updated_at")),
+            ]
         )
-    return table
+    return fitted_table(
+        "Threads, the most recently written on top",
+        ("thread", "state", "where / why", "tool runs", "effects", "updated"),
+        rows,
+        whole={"thread", "updated"},
+        width=width,
+    )
 
 
 def cmd_threads(args: argparse.Namespace, out: Output) -> int:
@@ -135,8 +141,9 @@ def cmd_threads(args: argparse.Namespace, out: Output) -> int:
                 f"no threads in {escape(s.persistence.target)}; run `langgraph-resilience demo`"
             )
             return 0
-        out.console.print(_table(s.persistence.target, found))
+        out.whole(f"threads in {escape(s.persistence.target)}")  # a path to copy: whole
+        out.console.print(_table(found, out.console.width))
         for item in found:
             if item.get("resume"):
-                out.line(f"  {escape(item['resume'])}")
+                out.whole(f"  {escape(item['resume'])}")
     return 0
