@@ -7,11 +7,11 @@ import math
 import pathlib
 
 from rich.console import Console
-from rich.table import Table
 
 from benchmarks.chaos.contenders import CONTENDERS
 from benchmarks.chaos.mixes import MIXES
-from benchmarks.chaos.targets import BenchReport
+from benchmarks.chaos.targets import BenchReport, Row
+from langgraph_resilience.cli.output import fitted_table, table_fits
 
 __all__ = [
     "print_report",
@@ -31,73 +31,99 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+COLUMNS = (
+    "mix",
+    "class",
+    "contender",
+    "success",
+    "pass^k",
+    "turns",
+    "crash",
+    "dup",
+    "after-rm/open",
+    "opens",
+    "repeat",
+    "human",
+    "tool calls",
+    "LLM calls",
+    "max att",
+    "recov s",
+    "cpu ms/call",
+)
+COMPACT = ("mix", "contender", "success", "dup", "tool calls", "LLM calls")
+"""The columns shown when the terminal is too narrow for all of them."""
+_WHOLE = ("mix",)
+
+
+def _cells(row: Row) -> list[str]:
+    label = CONTENDERS[row.contender].label if row.contender in CONTENDERS else row.contender
+    return [
+        row.mix,
+        row.fault_class,
+        label,
+        _pct(row.success),
+        _pct(row.pass_k),
+        _pct(row.turn_success),
+        str(row.crashed),
+        str(row.duplicates),
+        f"{row.calls_after_removal}/{row.calls_while_open}",
+        f"{row.breaker_opens}/{row.shadow_opens}",
+        str(row.repeated_calls),
+        str(row.escalations),
+        f"{row.tool_calls} ({_ratio(row.tool_calls_vs_clean)})",
+        f"{row.llm_calls} ({_ratio(row.llm_calls_vs_clean)})",
+        f"{row.max_attempts_per_call}/{row.max_attempts_per_key}",
+        _seconds(row.recovery_mean_s),
+        f"{row.cpu_ms_per_tool_call:.2f}",
+    ]
+
+
+def _full_width(rows: list[list[str]]) -> int:
+    """The terminal width at which every column fits."""
+    width = 40
+    while not table_fits(COLUMNS, rows, whole=_WHOLE, width=width):
+        width += 10
+    return width
+
+
 def print_report(report: BenchReport, console: Console) -> None:
     """The results table, the targets and the notes."""
     config = report.config
-    table = Table(
-        title=f"Chaos benchmark: {config['tasks']} tasks, {config.get('conversations', 0)} "
+    title = (
+        f"Chaos benchmark: {config['tasks']} tasks, {config.get('conversations', 0)} "
         f"conversations x {config['seeds']} seeds "
         f"({'quick' if config['quick'] else 'full'}, {config['elapsed_s']}s)"
     )
-    columns = (
-        "mix",
-        "class",
-        "contender",
-        "success",
-        "pass^k",
-        "turns",
-        "crash",
-        "dup",
-        "after-rm/open",
-        "opens",
-        "repeat",
-        "human",
-        "tool calls",
-        "LLM calls",
-        "max att",
-        "recov s",
-        "cpu ms/call",
-    )
-    for column in columns:
-        table.add_column(
-            column, justify="left" if column in ("mix", "class", "contender") else "right"
-        )
     order = {m: i for i, m in enumerate(config["mixes"])}
     rank = {c: i for i, c in enumerate(CONTENDERS)}
-    last: dict[str, str] = {}
-    for row in sorted(report.rows, key=lambda r: rank.get(r.contender, 99)):
-        last[row.mix] = row.contender
-    for row in sorted(report.rows, key=lambda r: (order.get(r.mix, 99), rank.get(r.contender, 99))):
-        label = CONTENDERS[row.contender].label if row.contender in CONTENDERS else row.contender
-        table.add_row(
-            row.mix,
-            row.fault_class,
-            label,
-            _pct(row.success),
-            _pct(row.pass_k),
-            _pct(row.turn_success),
-            str(row.crashed),
-            str(row.duplicates),
-            f"{row.calls_after_removal}/{row.calls_while_open}",
-            f"{row.breaker_opens}/{row.shadow_opens}",
-            str(row.repeated_calls),
-            str(row.escalations),
-            f"{row.tool_calls} ({_ratio(row.tool_calls_vs_clean)})",
-            f"{row.llm_calls} ({_ratio(row.llm_calls_vs_clean)})",
-            f"{row.max_attempts_per_call}/{row.max_attempts_per_key}",
-            _seconds(row.recovery_mean_s),
-            f"{row.cpu_ms_per_tool_call:.2f}",
-            end_section=last.get(row.mix) == row.contender,
+    ordered = sorted(report.rows, key=lambda r: (order.get(r.mix, 99), rank.get(r.contender, 99)))
+    rows = [_cells(row) for row in ordered]
+    width = console.width
+    if table_fits(COLUMNS, rows, whole=_WHOLE, width=width):
+        console.print(fitted_table(title, COLUMNS, rows, whole=_WHOLE, width=width))
+    else:  # the columns that say whether it worked; everything is in the JSON report
+        keep = [COLUMNS.index(c) for c in COMPACT]
+        compact = [[row[i] for i in keep] for row in rows]
+        for cells, row in zip(compact, ordered, strict=True):
+            cells[COMPACT.index("contender")] = row.contender  # the short name
+        console.print(fitted_table(title, COMPACT, compact, whole=_WHOLE, width=width))
+        more = len(COLUMNS) - len(COMPACT)
+        console.print(
+            f"[dim]{more} more columns at {_full_width(rows)}+ wide; all in the JSON report[/dim]"
         )
-    console.print(table)
     if report.targets:
-        targets = Table(title="Targets for (d) add_resilience")
-        for column in ("target", "status", "measured"):
-            targets.add_column(column)
         colours = {"met": "green", "missed": "red", "pending": "yellow", "info": "cyan"}
-        for t in report.targets:
-            targets.add_row(t.name, f"[{colours[t.status]}]{t.status}[/]", t.detail)
-        console.print(targets)
+        targets = [
+            [t.name, f"[{colours[t.status]}]{t.status}[/]", t.detail] for t in report.targets
+        ]
+        console.print(
+            fitted_table(
+                "Targets for (d) add_resilience",
+                ("target", "status", "measured"),
+                targets,
+                width=console.width,
+            )
+        )
     for note in report.notes:
         console.print(f"[dim]- {note}[/dim]")
 

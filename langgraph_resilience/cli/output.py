@@ -14,7 +14,15 @@ from rich.text import Text
 
 from langgraph_resilience.core.redaction import redact
 
-__all__ = ["Output", "args_text", "class_text", "fitted_table", "message_of", "one_line"]
+__all__ = [
+    "Output",
+    "args_text",
+    "class_text",
+    "fitted_table",
+    "message_of",
+    "one_line",
+    "table_fits",
+]
 
 
 def args_text(args: Mapping[str, Any]) -> str:
@@ -56,6 +64,36 @@ def _min_widths(
     return widths
 
 
+def _widths(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], whole: Collection[str], room: int
+) -> list[int]:
+    """Column widths that fill at most `room` characters: each column its unwrapped
+    width when all fit, else its narrowest unsplit width plus a share of the rest in
+    proportion to what it lacks (rich's own layout can overshoot the terminal)."""
+    least = _min_widths(headers, rows, whole)
+    ideal = [
+        max(len(header), *(len(Text.from_markup(row[i]).plain) for row in rows))
+        for i, header in enumerate(headers)
+    ]
+    if sum(ideal) <= room:
+        return ideal
+    spare, wants = room - sum(least), [i - m for i, m in zip(ideal, least, strict=True)]
+    total = sum(wants) or 1
+    return [m + spare * w // total for m, w in zip(least, wants, strict=True)]
+
+
+def table_fits(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    whole: Collection[str] = (),
+    width: int,
+) -> bool:
+    """Whether a table of these rows fits `width` columns without splitting a word."""
+    widths = _min_widths(headers, rows, whole)
+    return sum(widths) + 3 * len(widths) + 1 <= width
+
+
 def fitted_table(
     title: str,
     headers: Sequence[str],
@@ -68,11 +106,11 @@ def fitted_table(
     column is at least as wide as its longest word (the columns in `whole`, ids and
     names, never wrap), or, when those widths do not fit, one block per row (its first
     cell as a heading, then ``header: value`` lines). Cells may hold rich markup."""
-    widths = _min_widths(headers, rows, whole)
-    if sum(widths) + 3 * len(widths) + 1 <= width:
+    if table_fits(headers, rows, whole=whole, width=width):
         table = Table(title=title)
-        for header, least in zip(headers, widths, strict=True):
-            table.add_column(header, no_wrap=header in whole, min_width=least)
+        widths = _widths(headers, rows, whole, width - 3 * len(headers) - 1)
+        for header, chosen in zip(headers, widths, strict=True):
+            table.add_column(header, no_wrap=header in whole, width=chosen)
         for row in rows:
             table.add_row(*row)
         return table

@@ -29,6 +29,7 @@ from benchmarks.chaos.contenders import (
     build_resilient,
 )
 from benchmarks.chaos.mixes import MIXES, QUICK_CONVERSATIONS, QUICK_MIXES, Mix, quick_tasks
+from benchmarks.chaos.report import print_report
 from benchmarks.chaos.runs import run_task
 from benchmarks.chaos.targets import BenchReport, check_targets, evaluate_targets
 from benchmarks.chaos.tasks import (
@@ -1140,3 +1141,30 @@ def test_a_missed_target_is_reported_by_check_targets(quick_report: BenchReport)
         *check_targets(quick_report),
     ]
     assert any(t.status == "missed" for t in evaluate_targets(broken))
+
+
+_BOX = "│┃┏┓┗┛┡┩┣┫━─┳┻╇╈╋┼┬┴├┤└┘┌┐═║╭╮╯╰"
+
+
+def _rendered(report: BenchReport, width: int) -> str:
+    out = io.StringIO()
+    print_report(report, Console(file=out, width=width, color_system=None))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_the_report_fits_the_terminal_without_splitting_a_word(
+    quick_report: BenchReport, width: int
+) -> None:
+    """At `width` columns every line fits and every word is a word of the unwrapped
+    report (no cell cut to ``…``, no word split): a compact table when the full one
+    does not fit, with a line saying where the rest is."""
+    wide = set(_rendered(quick_report, 1000).translate({ord(c): " " for c in _BOX}).split())
+    wide |= {row.contender for row in quick_report.rows}  # the compact table's short names
+    text = _rendered(quick_report, width)
+    assert [line for line in text.splitlines() if len(line) > width] == []
+    body = "\n".join(line for line in text.splitlines() if "JSON report" not in line)
+    words = body.translate({ord(c): " " for c in _BOX}).split()
+    assert "…" not in text
+    assert [w for w in words if w not in wide and not w.isdigit()] == []
+    assert "resilient" in text or "add_resilience" in text
