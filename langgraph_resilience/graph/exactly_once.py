@@ -155,6 +155,9 @@ class Effect:
     """A human answered retry/edit: an unknown earlier outcome does not block it."""
     told_before: frozenset[str] = frozenset()
     """Keys of unknown effects told to the agent in an earlier task: not blocking."""
+    told_now: frozenset[str] = frozenset()
+    """Keys of unknown effects told to the agent in this task: a re-issue of one whose
+    outcome has since been recorded is answered from it."""
     grace: float = 0.0
     """How long an abandoned attempt may still be running (the tool's timeout)."""
 
@@ -264,10 +267,18 @@ def _reconcile_own(
 
 def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | None]:
     """Before a newly claimed effect runs: the same effect asked for by an earlier
-    call whose outcome is unknown. Done: this call is answered with its result (and
-    its own key records it). Not done: released, and this call runs. Unknowable
-    (no status_check, or it failed): this call does not run."""
+    call whose outcome is unknown (pending in the ledger, or told to the agent as
+    unknown in this task and recorded since). Done: this call is answered with its
+    result (and its own key records it). Not done: released, and this call runs.
+    Unknowable (no status_check, or it failed): this call does not run."""
     store = effect.ledger.idempotency
+    for key in sorted(effect.told_now - {effect.key}):  # told "unknown", known by now?
+        told: IdempotencyRecord | None = yield from ledger_op(
+            effect, "siblings", Call(store.get, store.aget, (key,))
+        )
+        if told is not None and told.status == "done" and told.fingerprint == effect.fingerprint:
+            yield from _record(effect, effect.key, told.result)
+            return _replayed(call, told.result, key, reconciled=True)
     unresolved = Call(store.unresolved, store.aunresolved, (effect.thread_id, effect.fingerprint))
     found: Sequence[IdempotencyRecord] = yield from ledger_op(effect, "siblings", unresolved)
     for sibling in _siblings(found, effect):

@@ -154,6 +154,12 @@ class Batch:
         task = self.task.get("id", "")
         return frozenset(key for key, told in self.informed.items() if told != task)
 
+    def told_now(self) -> frozenset[str]:
+        """Unknown effects the agent was told of in this task: a re-issue of one of them
+        is the agent asking again, answered from its outcome once that is known."""
+        task = self.task.get("id", "")
+        return frozenset(key for key, told in self.informed.items() if told == task)
+
 
 def tool_attempts(record: CallRecord) -> int:
     """Executions of the call by the tool serving it now: a fallback gets its own

@@ -300,6 +300,7 @@ class GuardedToolNode(ResilienceNode):
             may_execute=call_id not in batch.spent,
             approved=call_id in batch.approved,
             told_before=batch.told_before(),
+            told_now=batch.told_now(),
             grace=self.guards.timeout_for(call["name"]) or 0.0,
         )
 

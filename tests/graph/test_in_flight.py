@@ -161,3 +161,54 @@ def _wait_for(condition: Any) -> None:
             return
         event.wait(0.01)
     raise AssertionError("condition never became true")
+
+
+def test_a_re_issue_after_the_late_outcome_landed_is_answered_from_it() -> None:
+    """The agent is told the payment's outcome is unknown (its attempt timed out and is
+    still running); the attempt then lands and its outcome is recorded; then, in the
+    same task, the model re-issues the payment under a new id. The re-issue must be
+    answered from the earlier, now known, outcome, not run: one payment. (Seen under
+    load in the fault suite's slow-tool scenario: the earlier intent was no longer
+    pending, so the re-issue found nothing to reconcile and paid again.)"""
+    bank, ledger = SlowBank(), InMemoryIdempotencyStore()
+    keys: list[str] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        return bank.charge(amount)
+
+    def re_issue(messages: list[Any]) -> Any:
+        bank.go.set()  # the first attempt lands now
+        assert bank.paid.wait(10)
+        _wait_for(lambda: all(ledger.get(k).status == "done" for k in keys))  # type: ignore[union-attr]
+        return tool_calls(("pay", {"amount": 5}))
+
+    h = build_graph(
+        [pay],
+        [tool_calls(("pay", {"amount": 5})), re_issue, text("paid")],
+        policy=ResiliencePolicy(tool_timeout=0.05),
+        profiles={"pay": ToolProfile(side_effect=True, status_check=bank.status)},
+        options={"idempotency": ledger, "saga": InMemorySagaLog()},
+    )
+    config = h.config()
+    thread_id = config["configurable"]["thread_id"]
+    original = ledger.claim
+
+    def claim(key: str, *args: Any, **kwargs: Any) -> Any:
+        if not keys:  # the first call's key
+            keys.append(key)
+        return original(key, *args, **kwargs)
+
+    ledger.claim = claim  # type: ignore[method-assign]
+    out = h.app.invoke({"messages": [("user", "pay 5")]}, config)
+
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert len(answers) == 2
+    first, second = (tool_error_of(m) for m in answers)
+    assert first is not None
+    assert first.failure_class == "unknown"
+    assert second is None, second
+    assert "paid 5" in str(answers[1].content)
+    assert bank.payments == [5]
+    assert len(ledger.for_thread(thread_id)) == 2  # the re-issue's key records the same outcome
