@@ -241,7 +241,8 @@ def evaluate_targets(
             _judge(
                 f"{mix.name}: no duplicate side effects",
                 row.duplicates == 0,
-                f"{row.duplicates} duplicates in {row.runs_with_duplicates} runs",
+                f"{row.duplicates} duplicates over {row.runs} runs"
+                + (f" ({row.runs_with_duplicates} runs with any)" if row.duplicates else ""),
                 mix.dedup_requires - paths,
             )
         )
