@@ -354,6 +354,12 @@ def run_bench(
     return report
 
 
+def default_out_dir(now: dt.datetime | None = None) -> pathlib.Path:
+    """Where `bench` writes without ``--out``: ``chaos-bench-<UTC date-time>`` here."""
+    when = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
+    return pathlib.Path.cwd() / f"chaos-bench-{when}"
+
+
 def cmd_bench(args: Any, console: Console) -> int:
     """The ``bench`` subcommand: run, print, save.
 
@@ -365,7 +371,7 @@ def cmd_bench(args: Any, console: Console) -> int:
         contenders=args.contenders,
         mixes=args.mix,
         seeds=args.seeds,
-        out_dir=pathlib.Path(args.out) if args.out else None,
+        out_dir=pathlib.Path(args.out) if args.out else default_out_dir(),
         console=console,
     )
     if "resilient" not in report.config["contenders"]:

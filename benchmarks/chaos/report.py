@@ -140,7 +140,12 @@ def write_report(
     if chart is not None:
         written.append(str(chart))
     if console is not None:
-        console.print(f"wrote {', '.join(written)}")
+        console.print(f"wrote {', '.join(written)}", soft_wrap=True)
+        if chart is None:
+            console.print(
+                "no chart: matplotlib is not installed (pip install matplotlib, or the "
+                "package's [bench] extra)"
+            )
 
 
 def _chart(report: BenchReport, path: pathlib.Path) -> pathlib.Path | None:

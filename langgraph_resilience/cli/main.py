@@ -147,7 +147,10 @@ def _add_bench(sub: Subparsers) -> None:
     )
     bench.add_argument("--mix", nargs="+", help="fault mixes to run (default: all)")
     bench.add_argument("--seeds", type=int, help="fault seeds per task (pass^k)")
-    bench.add_argument("--out", help="directory for the JSON report and the chart")
+    bench.add_argument(
+        "--out",
+        help="directory for the JSON report and the chart (default: ./chaos-bench-DATE)",
+    )
     bench.set_defaults(handler="commands:cmd_bench", json=False)
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime as dt
 import io
 import json
 import pathlib
+import sys
 from collections import Counter
 from typing import Any
 
@@ -18,7 +20,7 @@ from langchain_core.tools import BaseTool, tool
 from pydantic import ValidationError
 from rich.console import Console
 
-from benchmarks.chaos.bench import cmd_bench, run_bench
+from benchmarks.chaos.bench import cmd_bench, default_out_dir, run_bench
 from benchmarks.chaos.contenders import (
     CONTENDERS,
     DEMO_BREAKER,
@@ -1168,3 +1170,24 @@ def test_the_report_fits_the_terminal_without_splitting_a_word(
     assert "…" not in text
     assert [w for w in words if w not in wide and not w.isdigit()] == []
     assert "resilient" in text or "add_resilience" in text
+
+
+def test_without_out_the_report_goes_to_a_dated_folder_it_names(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bench` without --out writes into ./chaos-bench-<date-time> and says so; with no
+    matplotlib it says in one line why there is no chart."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails
+    args = argparse.Namespace(
+        quick=True, contenders=["resilient"], mix=["transient"], seeds=1, out=None
+    )
+    text = io.StringIO()
+    assert cmd_bench(args, Console(file=text, width=200)) == 0
+    [folder] = tmp_path.glob("chaos-bench-*")
+    assert (folder / "chaos-bench.json").is_file()
+    assert not (folder / "chaos-bench.png").exists()
+    assert f"wrote {folder / 'chaos-bench.json'}" in text.getvalue()
+    assert "no chart: matplotlib is not installed" in text.getvalue()
+    when = dt.datetime(2026, 12, 1, 9, 5, 7, tzinfo=dt.UTC)
+    assert default_out_dir(when).name == "chaos-bench-20261201-090507"
