@@ -72,6 +72,7 @@ def cmd_demo(args: argparse.Namespace, out: Output) -> int:
             inputs = {"messages": [("user", CUSTOMER_REQUEST)]}
             snapshot = runner.drive(inputs, answer, by=by, hint=hint)
             print_summary(out, summary(s, thread_id, snapshot, args))
+            _refused(snapshot, args, thread_id)
     if crash is not None:  # the run ended without reaching it: the user asked for nothing
         raise UsageError(
             f"--crash-at {crash.text} was never reached: the thread ran {runner.step} steps "
@@ -117,7 +118,20 @@ def cmd_resume(args: argparse.Namespace, out: Output) -> int:
                     command = runner.answer(snapshot, answer, by="you")
                 snapshot = runner.drive(command, None, by="you")
             print_summary(out, summary(s, thread_id, snapshot, args))
+            _refused(snapshot, args, thread_id)
     return 0
+
+
+def _refused(snapshot: Any, args: argparse.Namespace, thread_id: str) -> None:
+    """An answer the escalation refused (an --edit that does not fit the tool): the thread
+    still waits, and the command fails in one line saying why and how to answer again."""
+    for pending in escalations(snapshot):
+        error = pending.value.get("error") if isinstance(pending.value, dict) else None
+        if error:
+            raise UsageError(
+                f"your answer was refused ({str(error).splitlines()[0]}); the thread still "
+                f"waits: `{resume_command(args, thread_id)}`"
+            )
 
 
 def cmd_bench(args: argparse.Namespace, out: Output) -> int:

@@ -156,6 +156,8 @@ class Runner:
                 f"({class_text(envelope.get('failure_class'))})"
             )
             self.out.note(f"  request: {escape(args_text(request.get('args') or {}))}")
+            if request.get("error"):  # the previous answer did not fit: asked again
+                self.out.note(f"  [red]refused:[/red] {escape(str(request['error']))}")
 
     def drive(
         self, command: Any, answer: Answer | None, *, by: str, hint: str = ""

@@ -397,3 +397,19 @@ def test_a_crash_point_never_reached_is_a_usage_error(tmp_path: pathlib.Path) ->
     assert "--crash-at 999 was never reached" in line
     assert "nothing was killed" in line
     assert "is done" in result.stdout
+
+
+def test_an_invalid_edit_is_refused_in_one_line_and_the_thread_still_waits(
+    tmp_path: pathlib.Path,
+) -> None:
+    """`--edit` with a value the tool rejects: the escalation asks again (nothing runs),
+    the output shows why, and the command exits 2 with one line saying how to answer."""
+    state = str(tmp_path)
+    result = run_here("demo", "--edit", '{"amount": "lots"}', "--state-dir", state)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert "your answer was refused" in line
+    assert "amount" in line
+    assert "langgraph-resilience resume" in line
+    assert "refused:" in result.stdout
+    assert "waits for a human" in result.stdout
