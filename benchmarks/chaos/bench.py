@@ -10,6 +10,7 @@ chart); the task suite and its scripted models are in `tasks`.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime as dt
 import importlib.metadata
@@ -20,10 +21,18 @@ import pathlib
 import platform
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from benchmarks.chaos.contenders import (
     CALL_LIMIT,
@@ -59,14 +68,17 @@ from langgraph_resilience import (
 )
 
 __all__ = [
+    "Job",
     "cmd_bench",
+    "default_out_dir",
     "measure_overhead",
     "run_bench",
+    "run_jobs",
 ]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Job:
+class Job:
     """One contender under one mix and seed, over the suite (a picklable unit of work)."""
 
     contender: str
@@ -96,20 +108,58 @@ def _scenarios(
     return tuple(suite)
 
 
-def _run_jobs(jobs: Sequence[_Job], workers: int | None) -> list[list[RunResult]]:
+def run_jobs(
+    jobs: Sequence[Job],
+    workers: int | None,
+    done: Callable[[Job], None] | None = None,
+) -> list[list[RunResult]]:
     """Each job's runs, in job order, over `workers` processes (default: one per CPU),
-    the longest jobs first so the workers finish together."""
+    the longest jobs first so the workers finish together; `done` hears of each job as
+    it finishes (the progress display)."""
     workers = max(1, min(workers if workers is not None else (os.cpu_count() or 1), len(jobs)))
+    report = done or (lambda job: None)
     if workers == 1:
-        return [_run_job(job) for job in jobs]
+        ran_in_order = []
+        for job in jobs:
+            ran_in_order.append(_run_job(job))
+            report(job)
+        return ran_in_order
     context = multiprocessing.get_context("spawn")  # no fork of a threaded process
     longest = sorted(range(len(jobs)), key=lambda i: -jobs[i].size)
+    ran: dict[int, list[RunResult]] = {}
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        ran = dict(zip(longest, pool.map(_run_job, [jobs[i] for i in longest]), strict=True))
+        futures = {pool.submit(_run_job, jobs[i]): i for i in longest}
+        for future in concurrent.futures.as_completed(futures):
+            index = futures[future]
+            ran[index] = future.result()
+            report(jobs[index])
     return [ran[i] for i in range(len(jobs))]
 
 
-def _run_job(job: _Job) -> list[RunResult]:
+@contextlib.contextmanager
+def _progress(console: Console | None, jobs: Sequence[Job]) -> Iterator[Callable[[Job], None]]:
+    """A live bar of the tasks run (done / total, elapsed, ETA) on a terminal; elsewhere
+    one line when the runs start, so a log shows what is happening."""
+    total = sum(len(job.tasks) for job in jobs)
+    if console is None or not console.is_terminal:
+        if console is not None:
+            console.print(f"running {total} task runs in {len(jobs)} jobs ...")
+        yield lambda job: None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("task runs", total=total)
+        yield lambda job: bar.advance(task, len(job.tasks))
+
+
+def _run_job(job: Job) -> list[RunResult]:
     contender, mix = CONTENDERS[job.contender], MIXES[job.mix]
     return [run_task(contender, task, mix, job.seed) for task in job.tasks]
 
@@ -294,7 +344,7 @@ def run_bench(
     started = time.perf_counter()
     revision = _revision()  # before running: others may commit while it runs
     jobs = [
-        _Job(
+        Job(
             name,
             mix_name,
             seed,
@@ -305,7 +355,8 @@ def run_bench(
         for mix_name in mix_names
         for seed in (range(seed_count) if MIXES[mix_name].seeded else [0])
     ]
-    runs = [r for batch in _run_jobs(jobs, workers) for r in batch]
+    with _progress(console, jobs) as done:
+        runs = [r for batch in run_jobs(jobs, workers, done) for r in batch]
     rows: list[Row] = []
     task_map: dict[str, Scenario] = {t.id: t for t in scenarios}
     for name in names:

@@ -20,7 +20,7 @@ from langchain_core.tools import BaseTool, tool
 from pydantic import ValidationError
 from rich.console import Console
 
-from benchmarks.chaos.bench import cmd_bench, default_out_dir, run_bench
+from benchmarks.chaos.bench import Job, cmd_bench, default_out_dir, run_bench, run_jobs
 from benchmarks.chaos.contenders import (
     CONTENDERS,
     DEMO_BREAKER,
@@ -1191,3 +1191,19 @@ def test_without_out_the_report_goes_to_a_dated_folder_it_names(
     assert "no chart: matplotlib is not installed" in text.getvalue()
     when = dt.datetime(2026, 12, 1, 9, 5, 7, tzinfo=dt.UTC)
     assert default_out_dir(when).name == "chaos-bench-20261201-090507"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_progress_hears_of_every_job_once(workers: int) -> None:
+    """The live progress display advances once per finished job, by its task count,
+    whichever process ran it; the results still come back in job order."""
+    tasks = tuple(quick_tasks()[:2])
+    jobs = [Job("resilient", "clean", seed, tasks) for seed in range(3)]
+    heard: list[tuple[int, int]] = []
+
+    def done(job: Job) -> None:
+        heard.append((job.seed, len(job.tasks)))
+
+    ran = run_jobs(jobs, workers, done)
+    assert sorted(heard) == [(0, 2), (1, 2), (2, 2)]
+    assert [[r.task for r in batch] for batch in ran] == [[t.id for t in tasks]] * 3
