@@ -56,6 +56,7 @@ from langgraph_resilience import (
     ToolProfile,
     add_resilience,
     current_idempotency_key,
+    tool_error_of,
 )
 from langgraph_resilience.cli.back_office import DemoStore, open_demo_store
 from langgraph_resilience.core.effects import SagaLog
@@ -319,11 +320,21 @@ def _final_answer(messages: Sequence[BaseMessage]) -> str:
             f"{quote['currency']} {quote['price']:.2f}."
         )
     credit = answers.get("call_credit")
-    if _ok(credit):
-        parts.append(f"For the trouble: {_ok(credit)}.")
-    else:
-        parts.append("A supervisor will look at a goodwill credit for the trouble.")
+    parts.append(_credit_sentence(credit))
     return " ".join(parts)
+
+
+def _credit_sentence(credit: ToolMessage | None) -> str:
+    """What the customer hears of the goodwill credit: granted, or what a human decided."""
+    if _ok(credit):
+        return f"For the trouble: {_ok(credit)}."
+    error = tool_error_of(credit) if credit is not None else None
+    decided = error.context.get("human_decision") if error is not None else None
+    if decided == "skip":
+        return "A goodwill credit above USD 10 needs a supervisor, who declined it this time."
+    if decided == "abort":
+        return "The goodwill credit was not granted: the request was stopped."
+    return "I could not grant a goodwill credit for the trouble."
 
 
 def agent_reply(messages: Sequence[BaseMessage]) -> AIMessage:

@@ -413,3 +413,22 @@ def test_an_invalid_edit_is_refused_in_one_line_and_the_thread_still_waits(
     assert "langgraph-resilience resume" in line
     assert "refused:" in result.stdout
     assert "waits for a human" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("--skip", "needs a supervisor, who declined it this time"),
+        ("--approve", "For the trouble:"),
+    ],
+)
+def test_the_agents_answer_says_what_the_human_decided(
+    tmp_path: pathlib.Path, flag: str, says: str
+) -> None:
+    """After --skip (the default) the credit was declined, so the answer must not promise
+    that a supervisor will still look at it; after --approve it was granted."""
+    result = run_here("demo", flag, "--state-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    answer = " ".join(result.stdout.split())  # the answer wraps at the terminal width
+    assert says in answer
+    assert "will look at a goodwill credit" not in answer
