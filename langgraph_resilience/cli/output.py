@@ -126,6 +126,10 @@ def fitted_table(
     return Group(*blocks)
 
 
+NODE_WIDTH = len("answer_pending")
+"""The step column's width: the longest node name, never cut."""
+
+
 class Output:
     """Text (rich; plain when not a terminal) or JSON lines on `file` (stdout)."""
 
@@ -160,7 +164,7 @@ class Output:
             return
         grid = Table.grid(padding=(0, 1))
         grid.add_column(justify="right", width=3, style="dim")
-        grid.add_column(width=9, style="cyan")
+        grid.add_column(width=NODE_WIDTH, no_wrap=True, style="cyan")
         grid.add_column(ratio=1, overflow="fold")
         for i, text in enumerate(lines or [""]):
             grid.add_row(str(step) if i == 0 else "", node if i == 0 else "", text)

@@ -58,6 +58,7 @@ def test_the_demo_splits_no_word_at(
     narrow = render(width, tmp_path, "demo", "--thread-id", THREAD, "--pause")
     known = set(tokens(wide["demo"]))
     assert [t for t in tokens(narrow) if t not in known] == []
+    assert "…" not in narrow  # nothing is cut short either (a node name, a cell)
     resume = f"langgraph-resilience resume {THREAD}"
     assert any(resume in line for line in narrow.splitlines()), "the resume command is split"
     copyable = (resume, "threads.sqlite")  # printed whole, to be copied
