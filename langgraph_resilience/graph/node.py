@@ -13,6 +13,7 @@ the node itself, like its own `ToolNode`.
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
@@ -23,13 +24,13 @@ __all__ = ["ResilienceNode"]
 class ResilienceNode(Runnable[Any, Any]):
     """A graph node: `run` and `arun` take the state and the run's config."""
 
+    @abc.abstractmethod
     def run(self, state: Any, config: RunnableConfig) -> Any:
         """The sync body."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def arun(self, state: Any, config: RunnableConfig) -> Any:
         """The async body."""
-        raise NotImplementedError
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self.run(input, ensure_config(config))

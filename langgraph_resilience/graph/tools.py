@@ -274,48 +274,6 @@ class GuardedToolNode(ResilienceNode):
             now=self.clock.time(),
         )
 
-    def _effect(self, call: ToolCall, request: ToolCallRequest, in_step: _InStep) -> Effect | None:
-        """The idempotency key and claim arguments of a side-effecting call, or None.
-
-        The key is bound to the call's slot (its assistant message and position), not to
-        the provider's id, which providers reuse."""
-        profile = self.profiles.get(call["name"])
-        if profile is None or not profile.side_effect or in_step.ledger is None:
-            return None
-        config = getattr(getattr(request, "runtime", None), "config", None) or {}
-        thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
-        call_id, batch, noise = call["id"] or "", in_step.batch, self.policy.noise_fields
-        args = call["args"]
-        slot = batch.slots.get(call_id, call_id)
-        return Effect(
-            in_step.ledger,
-            idempotency_key(
-                call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
-            ),
-            thread_id,
-            canonical_args(args),
-            profile,
-            dict(args),
-            effect_fingerprint(call["name"], args, thread_id=thread_id, noise_fields=noise),
-            may_execute=call_id not in batch.spent,
-            approved=call_id in batch.approved,
-            told_before=batch.told_before(),
-            told_now=batch.told_now(),
-            grace=self.guards.timeout_for(call["name"]) or 0.0,
-        )
-
-    def _item_keys(self, call: ToolCall, key: str, batch: Batch) -> tuple[str, ...] | None:
-        """Per-item keys of a side-effecting batch call: the first run's, on a redo."""
-        profile = self.profiles.get(call["name"])
-        if profile is None or profile.batch_arg is None:
-            return None
-        kept = batch.item_keys.get(call["id"] or "")
-        if kept is not None:
-            return tuple(kept)
-        items = call["args"].get(profile.batch_arg)
-        count = len(items) if isinstance(items, list) else 0
-        return tuple(item_idempotency_key(key, index) for index in range(count))
-
     def _attempt(
         self, call: ToolCall, request: ToolCallRequest, run: Callable[..., Call]
     ) -> Flow[Answer]:
@@ -347,7 +305,11 @@ class GuardedToolNode(ResilienceNode):
             refused = CircuitOpenError(self.guards.breaker_key(call["name"]), ticket)
             return self._raised(call, refused, executed=False)
         admitted = ticket
-        effect = self._effect(call, request, in_step) if in_step is not None else None
+        profile = self.profiles.get(call["name"])
+        effect = None
+        if in_step is not None and profile is not None and profile.side_effect:
+            grace = self.guards.timeout_for(call["name"]) or 0.0
+            effect = _effect_of(call, request, in_step, profile, policy=self.policy, grace=grace)
         try:
             if effect is None:
                 result = yield from self._attempt(call, request, run)
@@ -444,7 +406,7 @@ class GuardedToolNode(ResilienceNode):
             return Call(self.guards.timed, None, (call, req, execute, None))
 
         def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
-            scoped = self._scoped(execute, call, effect)
+            scoped = _scoped(execute, call, effect)
             return lambda req: Call(self.guards.timed, None, (call, req, scoped, effect))
 
         return drive(self._intercept(request, run, effect_run), self.clock)
@@ -459,38 +421,12 @@ class GuardedToolNode(ResilienceNode):
             return Call(self.guards.timed, self.guards.atimed, (call, req, execute, None))
 
         def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
-            scoped = self._ascoped(execute, call, effect)
+            scoped = _ascoped(execute, call, effect)
             return lambda req: Call(
                 self.guards.timed, self.guards.atimed, (call, req, scoped, effect)
             )
 
         return await adrive(self._intercept(request, run, effect_run), self.clock)
-
-    def _scoped(
-        self, execute: Callable[..., Any], call: ToolCall, effect: Effect
-    ) -> Callable[..., Any]:
-        """`execute` with the effect's keys in context (`current_idempotency_key`)."""
-        in_step = _STEP.get()
-        items = self._item_keys(call, effect.key, in_step.batch) if in_step else None
-
-        def scoped(request: ToolCallRequest) -> Any:
-            with effect_context(effect.key, items), executing(effect.key):
-                return _note_item_keys(execute(request), items)
-
-        return scoped
-
-    def _ascoped(
-        self, execute: Callable[..., Awaitable[Any]], call: ToolCall, effect: Effect
-    ) -> Callable[..., Awaitable[Any]]:
-        """Async `_scoped`."""
-        in_step = _STEP.get()
-        items = self._item_keys(call, effect.key, in_step.batch) if in_step else None
-
-        async def scoped(request: ToolCallRequest) -> Any:
-            with effect_context(effect.key, items), executing(effect.key):
-                return _note_item_keys(await execute(request), items)
-
-        return scoped
 
     # ------------------------------------------------------------ compensation
 
@@ -561,6 +497,80 @@ class GuardedToolNode(ResilienceNode):
             return self._tool_node.invoke(step_input(self.settings, state, batch), config)
         finally:  # set, not reset: a BaseException may unwind in another context
             _STEP.set(previous)
+
+
+def _effect_of(
+    call: ToolCall,
+    request: ToolCallRequest,
+    in_step: _InStep,
+    profile: ToolProfile,
+    *,
+    policy: ResiliencePolicy,
+    grace: float,
+) -> Effect | None:
+    """The idempotency key and claim arguments of a side-effecting call (None when the
+    run has no ledger). The key is bound to the call's slot (its assistant message and
+    position), not to the provider's id, which providers reuse."""
+    if in_step.ledger is None:
+        return None
+    config = getattr(getattr(request, "runtime", None), "config", None) or {}
+    thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
+    call_id, batch, noise = call["id"] or "", in_step.batch, policy.noise_fields
+    args = call["args"]
+    slot = batch.slots.get(call_id, call_id)
+    return Effect(
+        in_step.ledger,
+        idempotency_key(
+            call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
+        ),
+        thread_id,
+        canonical_args(args),
+        profile,
+        dict(args),
+        effect_fingerprint(call["name"], args, thread_id=thread_id, noise_fields=noise),
+        may_execute=call_id not in batch.spent,
+        approved=call_id in batch.approved,
+        told_before=batch.told_before(),
+        told_now=batch.told_now(),
+        grace=grace,
+    )
+
+
+def _item_keys(call: ToolCall, effect: Effect) -> tuple[str, ...] | None:
+    """Per-item keys of a side-effecting batch call: the first run's, on a redo."""
+    in_step = _STEP.get()
+    if effect.profile.batch_arg is None or in_step is None:
+        return None
+    kept = in_step.batch.item_keys.get(call["id"] or "")
+    if kept is not None:
+        return tuple(kept)
+    items = call["args"].get(effect.profile.batch_arg)
+    count = len(items) if isinstance(items, list) else 0
+    return tuple(item_idempotency_key(effect.key, index) for index in range(count))
+
+
+def _scoped(execute: Callable[..., Any], call: ToolCall, effect: Effect) -> Callable[..., Any]:
+    """`execute` with the effect's keys in context (`current_idempotency_key`)."""
+    items = _item_keys(call, effect)
+
+    def scoped(request: ToolCallRequest) -> Any:
+        with effect_context(effect.key, items), executing(effect.key):
+            return _note_item_keys(execute(request), items)
+
+    return scoped
+
+
+def _ascoped(
+    execute: Callable[..., Awaitable[Any]], call: ToolCall, effect: Effect
+) -> Callable[..., Awaitable[Any]]:
+    """Async `_scoped`."""
+    items = _item_keys(call, effect)
+
+    async def scoped(request: ToolCallRequest) -> Any:
+        with effect_context(effect.key, items), executing(effect.key):
+            return _note_item_keys(await execute(request), items)
+
+    return scoped
 
 
 def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> Any:

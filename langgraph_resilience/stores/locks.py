@@ -19,7 +19,6 @@ import hashlib
 import os
 import pathlib
 import threading
-import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol, TypeAlias, runtime_checkable
@@ -28,6 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import ThreadBusyError
 from langgraph_resilience.stores.fencing import Fence, holding
@@ -65,6 +65,8 @@ _LOCK_SQL = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS locked"
 _LOCK_WAIT_SQL = "SELECT pg_advisory_lock(hashtextextended(%s, 0)), true AS locked"
 _UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
 _POLL_SECONDS = 0.01
+_SYSTEM_CLOCK = SystemClock()
+"""How a file lock's wait polls and reads the time (a test passes its own clock)."""
 LOCK_APPLICATION_NAME = "langgraph-resilience-lock"
 """The ``application_name`` of the sessions holding thread locks (``pg_stat_activity``)."""
 
@@ -289,21 +291,23 @@ def _lock_file_open(path: pathlib.Path, thread_id: str) -> Iterator[int]:
         os.close(fd)
 
 
-def _flock(fd: int, wait: bool | float, thread_id: str, shown: str) -> None:
+def _flock(
+    fd: int, wait: bool | float, thread_id: str, shown: str, clock: Clock = _SYSTEM_CLOCK
+) -> None:
     """Exclusive ``flock``: per open file, so it excludes other threads and processes."""
     if wait is True:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return
     timeout = _timeout_ms(wait)
-    deadline = time.monotonic() + (timeout or 0) / 1000
+    deadline = clock.monotonic() + (timeout or 0) / 1000
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if timeout is None or time.monotonic() >= deadline:
+            if timeout is None or clock.monotonic() >= deadline:
                 raise ThreadBusyError(thread_id, shown) from None
-        time.sleep(_POLL_SECONDS)  # flock has no timed wait
+        clock.sleep(_POLL_SECONDS)  # flock has no timed wait: poll, through the clock
 
 
 _LOCAL_HELD: set[str] = set()
