@@ -115,6 +115,10 @@ if TYPE_CHECKING:
         EscalateNode,
         Resolution,
     )
+    from langgraph_resilience.graph.middleware import (
+        ResilienceAgentState,
+        ResilienceMiddleware,
+    )
     from langgraph_resilience.graph.model import (
         resilient_model,
     )
@@ -255,6 +259,8 @@ _HOMES: dict[str, str] = {
     "ESCALATION_TYPE": "langgraph_resilience.graph.escalate",
     "EscalateNode": "langgraph_resilience.graph.escalate",
     "Resolution": "langgraph_resilience.graph.escalate",
+    "ResilienceAgentState": "langgraph_resilience.graph.middleware",
+    "ResilienceMiddleware": "langgraph_resilience.graph.middleware",
     "resilient_model": "langgraph_resilience.graph.model",
     "ResilienceNode": "langgraph_resilience.graph.node",
     "AnswerPendingNode": "langgraph_resilience.graph.pending",
@@ -354,8 +360,10 @@ __all__ = [
     "PostgresRetryBudgetStore",
     "PostgresSagaLog",
     "RepairNode",
+    "ResilienceAgentState",
     "ResilienceError",
     "ResilienceLedger",
+    "ResilienceMiddleware",
     "ResilienceNode",
     "ResiliencePolicy",
     "ResilienceState",

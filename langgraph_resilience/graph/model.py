@@ -42,7 +42,7 @@ on any exception. Neither counts outcomes, so a dead primary would still be
 called (and retried) on every turn, and both return a runnable rather than a
 chat model. The decision step here is one pure function, `core.decide.decide_model`
 (on the same retry rule as tools), and the call sequence one `core.flow` flow
-(`ResilientChatModel._flow`) driven by the package's one sync and one async driver.
+(`ResilientChatModel.flow`) driven by the package's one sync and one async driver.
 
 Streaming yields the whole reply at once: streaming tokens through a chain that
 may retry would show the user the partial output of a failed attempt.
@@ -55,7 +55,7 @@ import dataclasses
 import enum
 import random
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
@@ -126,21 +126,20 @@ def model_key(model: BaseChatModel, index: int) -> str:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Request:
-    """One call of the chain: what every model is asked, and when the call began."""
+class Ask:
+    """How an attempt asks model `index` of the chain (sync, async): a chat model's
+    ``invoke``, or `create_agent`'s model handler with the model swapped in."""
 
-    messages: list[BaseMessage]
-    config: RunnableConfig | None
-    stop: list[str] | None
-    kwargs: dict[str, Any]
-    started: float
+    sync: Callable[[int], Any]
+    asynchronous: Callable[[int], Awaitable[Any]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Result:
     """How one attempt on one model ended."""
 
-    message: BaseMessage | None
+    message: Any
+    """The model's reply (a message, or the agent handler's `ModelResponse`)."""
     error: Exception | None
     duration: float
     finished_at: float
@@ -239,8 +238,9 @@ class ResilientChatModel(BaseChatModel):
 
     # ------------------------------------------------------------------ flow
 
-    def _flow(self, request: _Request) -> Flow[BaseMessage]:
+    def flow(self, started: float, ask: Ask) -> Flow[Any]:
         """The call sequence as `core.flow` actions; returns the reply or raises.
+        `started` is the clock's monotonic time when the call began (its deadline).
 
         Every attempt asks the model's breaker first (another call may have
         opened it meanwhile), but the breaker hears of this call once per model:
@@ -253,14 +253,14 @@ class ResilientChatModel(BaseChatModel):
         """
         failures: list[tuple[str, BaseException]] = []
         for index in range(len(self.chain)):
-            reply = yield from self._on_model(request, index, failures)
+            reply = yield from self._on_model(started, ask, index, failures)
             if reply is not None:
                 return reply
         raise _give_up(failures)
 
     def _on_model(
-        self, request: _Request, index: int, failures: list[tuple[str, BaseException]]
-    ) -> Flow[BaseMessage | None]:
+        self, started: float, ask: Ask, index: int, failures: list[tuple[str, BaseException]]
+    ) -> Flow[Any]:
         """Attempts on one model: its reply, or None after a failure it falls back on."""
         key, attempts, previous = self.keys[index], 0, None
         while True:
@@ -273,7 +273,7 @@ class ResilientChatModel(BaseChatModel):
                     failures.append((key, _refused(key, admission.retry_after, previous)))
                     return None
                 probe = admission.probe
-            result: _Result = yield Call(self._invoke, self._ainvoke, (request, index, probe))
+            result: _Result = yield Call(self._invoke, self._ainvoke, (ask, index, probe))
             attempts += 1
             if result.error is None and result.message is not None:
                 if self.breaker is not None:
@@ -282,13 +282,13 @@ class ResilientChatModel(BaseChatModel):
                     served = [k for k, _ in failures]
                     emit(Event("model_fallback_served", model=key, after=served))
                 return result.message
-            failed = self._judge(request, index, attempts, probe, result)
+            failed = self._judge(started, index, attempts, probe, result)
             if not (yield from self._after_failure(key, failed, failures)):
                 return None
             previous = failed.error
 
     def _judge(
-        self, request: _Request, index: int, attempts: int, probe: bool, result: _Result
+        self, started: float, index: int, attempts: int, probe: bool, result: _Result
     ) -> _Failed:
         """Classify a failed attempt once and decide what follows it."""
         key = self.keys[index]
@@ -299,7 +299,7 @@ class ResilientChatModel(BaseChatModel):
             attempts=attempts,
             policy=self.policy,
             rng=self.rng,
-            elapsed=result.finished_at - request.started,
+            elapsed=result.finished_at - started,
             has_fallback=index < len(self.chain) - 1,
             fallback_on=self.fallback_on,
         )
@@ -355,13 +355,11 @@ class ResilientChatModel(BaseChatModel):
 
     # --------------------------------------------------------------- one attempt
 
-    def _invoke(self, request: _Request, index: int, probe: bool) -> _Result:
+    def _invoke(self, ask: Ask, index: int, probe: bool) -> _Result:
         """Ask one model; a failure is returned, an interrupt gives the permit back."""
         started = self.clock.monotonic()
         try:
-            message = self.chain[index].invoke(
-                request.messages, request.config, stop=request.stop, **request.kwargs
-            )
+            message = ask.sync(index)
         except GraphBubbleUp:
             self._release(index, probe)
             raise
@@ -372,13 +370,11 @@ class ResilientChatModel(BaseChatModel):
             raise
         return self._result(message, None, started)
 
-    async def _ainvoke(self, request: _Request, index: int, probe: bool) -> _Result:
+    async def _ainvoke(self, ask: Ask, index: int, probe: bool) -> _Result:
         """Async `_invoke` (a cancelled call gives its permit back, shielded)."""
         started = self.clock.monotonic()
         try:
-            message = await self.chain[index].ainvoke(
-                request.messages, request.config, stop=request.stop, **request.kwargs
-            )
+            message = await ask.asynchronous(index)
         except GraphBubbleUp:
             await self._arelease(index, probe)
             raise
@@ -389,9 +385,7 @@ class ResilientChatModel(BaseChatModel):
             raise
         return self._result(message, None, started)
 
-    def _result(
-        self, message: BaseMessage | None, error: Exception | None, started: float
-    ) -> _Result:
+    def _result(self, message: Any, error: Exception | None, started: float) -> _Result:
         ended = self.clock.monotonic()
         return _Result(message, error, ended - started, ended, self.clock.time())
 
@@ -405,14 +399,22 @@ class ResilientChatModel(BaseChatModel):
                 self.keys[index], self.breaker, self.clock.time(), probe=probe
             )
 
-    def _request(
+    def _ask(
         self,
         messages: list[BaseMessage],
         run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None,
         stop: list[str] | None,
         kwargs: dict[str, Any],
-    ) -> _Request:
-        return _Request(messages, _child_config(run_manager), stop, kwargs, self.clock.monotonic())
+    ) -> Ask:
+        config = _child_config(run_manager)
+
+        def sync(index: int) -> Any:
+            return self.chain[index].invoke(messages, config, stop=stop, **kwargs)
+
+        async def asynchronous(index: int) -> Any:
+            return await self.chain[index].ainvoke(messages, config, stop=stop, **kwargs)
+
+        return Ask(sync, asynchronous)
 
     def _generate(
         self,
@@ -421,7 +423,8 @@ class ResilientChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        message = drive(self._flow(self._request(messages, run_manager, stop, kwargs)), self.clock)
+        ask = self._ask(messages, run_manager, stop, kwargs)
+        message = drive(self.flow(self.clock.monotonic(), ask), self.clock)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     async def _agenerate(
@@ -431,8 +434,8 @@ class ResilientChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        flow = self._flow(self._request(messages, run_manager, stop, kwargs))
-        message = await adrive(flow, self.clock)
+        ask = self._ask(messages, run_manager, stop, kwargs)
+        message = await adrive(self.flow(self.clock.monotonic(), ask), self.clock)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 

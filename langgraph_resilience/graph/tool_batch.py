@@ -148,6 +148,37 @@ class Batch:
     """The ledger's unknown effects the agent was told of, by key -> task."""
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     recent: list[str] = dataclasses.field(default_factory=list)
+    owns: frozenset[str] | None = None
+    """The slots this step settles; None: every call of the turn. A step of one call
+    (`only`) leaves its siblings to their own steps."""
+
+    def only(self, call_id: str) -> Batch:
+        """This batch cut down to one call: the step `create_agent` gives each tool call
+        (its own task). Siblings plan the same batch, so budgets and loop counts agree;
+        each step reports only its own call's share of them."""
+        position = next(
+            (i for i, call in enumerate(self.ai.tool_calls) if call["id"] == call_id), None
+        )
+        slot = self.slots.get(call_id) or (
+            call_slot(self.ai, self.ai_index, position) if position is not None else call_id
+        )
+        key = self.loop_keys.get(call_id)
+        mine = {call_id}
+        return dataclasses.replace(
+            self,
+            runnable=[call for call in self.runnable if call["id"] == call_id],
+            preflight=[item for item in self.preflight if item.slot == slot],
+            keys=_kept(self.keys, mine),
+            slots=_kept(self.slots, mine),
+            loop_keys=_kept(self.loop_keys, mine),
+            rerouted=_kept(self.rerouted, mine),
+            item_keys=_kept(self.item_keys, mine),
+            spent=self.spent & mine,
+            approved=self.approved & mine,
+            seen={key: 1} if key is not None else {},
+            recent=[key] if key is not None else [],
+            owns=frozenset({slot}),
+        )
 
     def told_before(self) -> frozenset[str]:
         """Unknown effects the agent was told of in an earlier task."""
@@ -159,6 +190,10 @@ class Batch:
         is the agent asking again, answered from its outcome once that is known."""
         task = self.task.get("id", "")
         return frozenset(key for key, told in self.informed.items() if told == task)
+
+
+def _kept(mapping: Mapping[str, Any], ids: set[str]) -> dict[str, Any]:
+    return {call_id: value for call_id, value in mapping.items() if call_id in ids}
 
 
 def tool_attempts(record: CallRecord) -> int:

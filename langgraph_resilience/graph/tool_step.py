@@ -95,7 +95,7 @@ def finish_step(
     calls = ledger.get("calls") or {}
     for item in batch.preflight:
         _settle_preflight(cfg, step, item, calls)
-    _end_waits_past_budget(cfg, step, state, batch.now)
+    _end_waits_past_budget(cfg, step, state, batch)
     update: dict[str, Any] = {
         cfg.messages_key: step.messages,
         "resilience": _delta(batch, step, executed),
@@ -449,19 +449,21 @@ def _give_up(step: Step, record: CallRecord, error: ToolError, decision: Decisio
     step.messages.append(error_message(error, exhausted=decision.exhausted))
 
 
-def _end_waits_past_budget(cfg: ToolSettings, step: Step, state: Any, now: float) -> None:
+def _end_waits_past_budget(cfg: ToolSettings, step: Step, state: Any, batch: Batch) -> None:
     """Once the task budget is spent, calls still waiting for a retry would only
     wait to be refused: settle them now instead of sleeping first."""
     if step.task_attempts < cfg.policy.max_tool_attempts:
         return
     calls = step.ledger.get("calls") or {}
     for entry in current_calls(state, cfg.messages_key):
+        if batch.owns is not None and entry.slot not in batch.owns:
+            continue  # a sibling's own step settles it
         record = step.calls.get(entry.slot) or calls.get(entry.slot)
         if record is None or record["status"] != "scheduled" or record["error"] is None:
             continue
         error = ToolError.model_validate(record["error"])
         decision = Decision("agent", exhausted="max_tool_attempts")
-        _carry_out(cfg, step, entry.slot, dict(record), error, decision=decision, now=now)  # type: ignore[arg-type]
+        _carry_out(cfg, step, entry.slot, dict(record), error, decision=decision, now=batch.now)  # type: ignore[arg-type]
 
 
 def _settle_preflight(

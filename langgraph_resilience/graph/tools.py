@@ -230,6 +230,14 @@ class GuardedToolNode(ResilienceNode):
         """The tools this node executes, by name."""
         return self._tool_node.tools_by_name
 
+    def learn(self, tools: Sequence[BaseTool]) -> None:
+        """Know more tools (fallbacks, coercion, the unknown-tool check): the middleware
+        meets an agent's tools only as its requests name them."""
+        for tool in tools:
+            if tool.name not in self.tools_by_name:
+                self.tools_by_name[tool.name] = tool
+                self._schemas[tool.name] = tool.tool_call_schema
+
     def breaker_states(self) -> dict[str, str]:
         """Each tool's breaker status now (closed / open / half_open), for the planner."""
         return self.guards.breaker_states(list(self.tools_by_name))
@@ -497,6 +505,104 @@ class GuardedToolNode(ResilienceNode):
             return self._tool_node.invoke(step_input(self.settings, state, batch), config)
         finally:  # set, not reset: a BaseException may unwind in another context
             _STEP.set(previous)
+
+
+# ------------------------------------------------------------ one call, one step
+
+
+def call_step(
+    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any]
+) -> Command[Any]:
+    """One tool call as a whole tools step (how `create_agent` runs each call, as its own
+    task): the same planning, interception and settling as the node, for this call
+    only. The update carries the call's answer, or none while it waits for a recovery."""
+    batch, state = _one(node, request)
+    if batch is None:
+        return Command(update={})
+    output: Any = {}
+    if batch.runnable:
+        routed = _routed(node, request, batch)
+        ledger = node._ledgers.resolve(request.runtime.config)
+        with _in_step(_InStep(batch, ledger)):
+            output = _as_output(node, node._wrap(routed, execute))
+    update, reports = finish_step(node.settings, state, batch, output)
+    drive(node.guards.reports(reports), node.clock)
+    return _as_command(update)
+
+
+async def acall_step(
+    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Awaitable[Any]]
+) -> Command[Any]:
+    """Async `call_step`."""
+    batch, state = _one(node, request)
+    if batch is None:
+        return Command(update={})
+    output: Any = {}
+    if batch.runnable:
+        routed = _routed(node, request, batch)
+        ledger = await node._ledgers.aresolve(request.runtime.config)
+        with _in_step(_InStep(batch, ledger)):
+            output = _as_output(node, await node._awrap(routed, execute))
+    update, reports = finish_step(node.settings, state, batch, output)
+    await adrive(node.guards.reports(reports), node.clock)
+    return _as_command(update)
+
+
+def _one(node: GuardedToolNode, request: ToolCallRequest) -> tuple[Batch | None, Any]:
+    if request.tool is not None:
+        node.learn([request.tool])
+    state = request.state
+    batch = plan_batch(node.settings, state)
+    if batch is None:
+        return None, state
+    batch = batch.only(request.tool_call["id"] or "")
+    return (batch if batch.runnable or batch.preflight else None), state
+
+
+def _routed(node: GuardedToolNode, request: ToolCallRequest, batch: Batch) -> ToolCallRequest:
+    """The request for the call in force: a retry's repaired or edited arguments, or the
+    fallback that now serves it."""
+    call = batch.runnable[0]
+    tool = node.tools_by_name.get(call["name"], request.tool)
+    if call == request.tool_call and tool is request.tool:
+        return request
+    return request.override(tool_call=call, tool=tool) if tool else request
+
+
+def _as_output(node: GuardedToolNode, answer: Answer) -> Any:
+    return [answer] if isinstance(answer, Command) else {node.messages_key: [answer]}
+
+
+def _as_command(update: Any) -> Command[Any]:
+    """The step's update as one `Command`; a tool's own `Command` (which answered the
+    call itself) keeps its update and goto, with the ledger delta added."""
+    if not isinstance(update, list):
+        return Command(update=update)
+    *theirs, ours = update
+    merged: dict[str, Any] = {}
+    goto: Any = ()
+    for command in theirs:
+        if isinstance(command.update, Mapping):
+            for key, value in command.update.items():
+                merged[key] = [*merged.get(key, []), *value] if key in ours else value
+        goto = command.goto or goto
+    for key, value in ours.items():
+        merged[key] = [*merged.get(key, []), *value] if isinstance(value, list) else value
+    return Command(update=merged, goto=goto)
+
+
+class _in_step:  # noqa: N801 - used as a context manager, like a function
+    """Set the step the calls share, and put the previous one back (set, not reset: a
+    BaseException may unwind in another context)."""
+
+    def __init__(self, step: _InStep) -> None:
+        self.step, self.previous = step, _STEP.get()
+
+    def __enter__(self) -> None:
+        _STEP.set(self.step)
+
+    def __exit__(self, *exc: object) -> None:
+        _STEP.set(self.previous)
 
 
 def _effect_of(

@@ -239,7 +239,7 @@ def add_resilience(
         saga=saga,
     )
     _check_profiles(profiles or {}, set(tool_node.tools_by_name))
-    nodes = _recovery_nodes(
+    nodes = recovery_nodes(
         tool_node,
         repair_model=repair_model,
         planner_model=planner_model,
@@ -260,7 +260,7 @@ def _roles(repair: bool, replan: bool, escalate: bool) -> list[str]:
     return roles + (["escalate"] if escalate else [])
 
 
-def _recovery_nodes(
+def recovery_nodes(
     tool_node: GuardedToolNode,
     *,
     repair_model: BaseChatModel | None,

@@ -1,0 +1,359 @@
+"""`create_agent` users: the recovery of `add_resilience`, as one `AgentMiddleware`.
+
+::
+
+    agent = create_agent(
+        model, tools,
+        middleware=[ResilienceMiddleware(profiles={"refund": ToolProfile(side_effect=True)})],
+        checkpointer=saver,
+    )
+
+It maps `add_resilience`'s graph onto the one `create_agent` builds, running the
+same code (nothing here decides anything itself):
+
+- ``wrap_tool_call``: `create_agent` runs each tool call as its own task, so each
+  is one tools step of its own (`tools.call_step`): the same planning (loop guard,
+  budgets, gone tools), interception (breakers, bulkheads, timeouts, coercion,
+  exactly-once side effects, the output contract, one classification) and settling
+  (`tool_step.finish_step`) as `GuardedToolNode`, for that call. A call that
+  recovers later (a backoff, a repair, a human) is left unanswered, its record in
+  the ledger says what it waits for.
+- ``before_model``: the model is never called while a call of the turn waits.
+  The hook runs the recovery nodes of `add_resilience` (`RetryNode`, `RepairNode`,
+  `EscalateNode`) in the order of its router (`next_step`), then jumps back to the
+  tools node for the calls now due; a call already answered is not run again.
+- ``before_agent``: new input answers any call a stopped run left unanswered
+  (`AnswerPendingNode`), so the next model request is a valid history.
+- ``wrap_model_call``: the model chain of `resilient_model` (`ResilientChatModel.flow`)
+  over `create_agent`'s handler: classified retry honouring Retry-After, a breaker
+  per model and the ``model_fallbacks`` in order.
+- ``state_schema``: the ``resilience`` channel (the ledger), so budgets, attempts and
+  breaker-independent memory live in the checkpoint and a thread resumes by id.
+
+Escalation answers are this package's (``{"action": "retry" | "edit" | "skip" |
+"abort"}``, see `graph.escalate`), the same for both entry points. Verified
+replanning is not here: `create_agent`'s model already plans its next step from the
+envelope a failed call is answered with, and a second planner inside its loop would
+fight it; use `add_resilience(planner_model=...)` for plans checked before they run.
+
+Put it first among middleware that wrap tool calls (the outermost wrapper): a call
+it answers without running is then never seen by the others.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NotRequired, cast
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import hook_config
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from langgraph.config import get_config
+from langgraph.graph.message import add_messages
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import Runtime
+from langgraph.types import Command
+
+from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
+from langgraph_resilience.core.budget import RetryBudget
+from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
+from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON
+from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
+from langgraph_resilience.core.flow import adrive, drive
+from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.profile import ToolProfile
+from langgraph_resilience.errors import ConfigurationError, FailureClass
+from langgraph_resilience.graph.model import Ask, ResilientChatModel, resilient_model
+from langgraph_resilience.graph.node import ResilienceNode
+from langgraph_resilience.graph.pending import AnswerPendingNode
+from langgraph_resilience.graph.retry import RetryNode
+from langgraph_resilience.graph.router import next_step
+from langgraph_resilience.graph.state import ResilienceLedger, merge_ledger, read_ledger
+from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode, acall_step, call_step
+from langgraph_resilience.graph.wiring import recovery_nodes
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
+from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
+
+__all__ = ["ResilienceAgentState", "ResilienceMiddleware"]
+
+_RECOVERY_ROUNDS = 16
+"""Recovery nodes one ``before_model`` pass may run before it must jump or answer
+(each round settles or schedules at least one call; a turn has few)."""
+
+
+class ResilienceAgentState(AgentState[Any]):
+    """`create_agent`'s state with the ``resilience`` channel (the ledger)."""
+
+    resilience: NotRequired[ResilienceLedger]
+
+
+class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
+    """Classification-driven recovery for `create_agent`, from the same core as
+    `add_resilience` (see the module docstring for how each hook maps).
+
+    Its arguments are `add_resilience`'s (same meaning, same defaults), plus
+    ``model_fallbacks`` (chat models tried in order when the agent's model is down)
+    and ``tools`` (tools only this middleware calls, e.g. a profile's fallbacks: they
+    are registered with the agent, as any middleware's tools are).
+    """
+
+    state_schema = ResilienceAgentState
+
+    def __init__(
+        self,
+        *,
+        policy: ResiliencePolicy | None = None,
+        profiles: Mapping[str, ToolProfile] | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        rules: Sequence[Rule] = (),
+        repair_model: BaseChatModel | None = None,
+        escalate: bool = False,
+        breaker: BreakerConfig | None = DEFAULT_BREAKER,
+        breaker_store: BreakerStore | None = None,
+        retry_budget: RetryBudget | None = None,
+        retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
+        idempotency: IdempotencyStore | None = None,
+        saga: SagaLog | None = None,
+        model_fallbacks: Sequence[BaseChatModel] = (),
+        model_breaker: BreakerConfig | None = DEFAULT_BREAKER,
+        model_fallback_on: Sequence[FailureClass] = tuple(DEFAULT_FALLBACK_ON),
+        tools: Sequence[BaseTool] = (),
+    ) -> None:
+        super().__init__()
+        if repair_model is not None and not isinstance(repair_model, BaseChatModel):
+            raise ConfigurationError(
+                f"repair_model must be a tool-calling BaseChatModel, got {type(repair_model)!r}"
+            )
+        self.tools = list(tools)
+        store = breaker_store if breaker_store is not None else InMemoryBreakerStore()
+        self.engine = GuardedToolNode(
+            self.tools,
+            policy=policy,
+            clock=clock,
+            profiles=profiles,
+            rules=(*rules, *DEFAULT_RULES),
+            rng=rng,
+            can_repair=repair_model is not None,
+            can_escalate=escalate,
+            breaker=breaker,
+            breaker_store=store,
+            retry_budget=retry_budget,
+            retry_budget_store=retry_budget_store,
+            idempotency=idempotency,
+            saga=saga,
+        )
+        """The tools step every call runs (its tools grow as requests name them)."""
+        self.repair_model = repair_model
+        self.escalate = escalate
+        self._model = _ModelChains(
+            fallbacks=list(model_fallbacks),
+            policy=self.engine.policy,
+            breaker=model_breaker if model_fallbacks else None,
+            store=store,
+            clock=self.engine.clock,
+            fallback_on=model_fallback_on,
+        )
+        self._pending = AnswerPendingNode()
+
+    @property
+    def name(self) -> str:
+        return "ResilienceMiddleware"
+
+    # ------------------------------------------------------------ tool calls
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """One call as one tools step (`tools.call_step`)."""
+        return call_step(self.engine, request, handler)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Async `wrap_tool_call`."""
+        return await acall_step(self.engine, request, handler)
+
+    # ------------------------------------------------------------ the turn
+
+    def before_agent(
+        self, state: ResilienceAgentState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """New input: answer the calls a stopped run left unanswered."""
+        return self._pending.step(state) or None
+
+    async def abefore_agent(
+        self, state: ResilienceAgentState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Async `before_agent` (pure over the state)."""
+        return self._pending.step(state) or None
+
+    @hook_config(can_jump_to=["tools", "end"])
+    def before_model(
+        self, state: ResilienceAgentState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Recover the turn's waiting calls before the model is asked again."""
+        view: dict[str, Any] = dict(state)
+        config = get_config()
+        for _ in range(_RECOVERY_ROUNDS):
+            node = self._next_node(view)
+            if not isinstance(node, ResilienceNode):
+                return _update(state, view, node)
+            view = _applied(view, node.run(view, config))
+            if isinstance(node, RetryNode):  # as add_resilience's edge: retry -> tools
+                return _update(state, view, "tools")
+        return _update(state, view, "tools")
+
+    @hook_config(can_jump_to=["tools", "end"])
+    async def abefore_model(
+        self, state: ResilienceAgentState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """Async `before_model`."""
+        view: dict[str, Any] = dict(state)
+        config = get_config()
+        for _ in range(_RECOVERY_ROUNDS):
+            node = self._next_node(view)
+            if not isinstance(node, ResilienceNode):
+                return _update(state, view, node)
+            view = _applied(view, await node.arun(view, config))
+            if isinstance(node, RetryNode):  # as add_resilience's edge: retry -> tools
+                return _update(state, view, "tools")
+        return _update(state, view, "tools")
+
+    def _next_node(self, view: Mapping[str, Any]) -> ResilienceNode | str | None:
+        """The recovery node the router picks, or where to go: ``tools`` (calls are
+        due), ``end`` (the task was aborted), None (every call answered: the model)."""
+        to = next_step(view)
+        if to == "agent":
+            return None
+        if to == "__end__":
+            return "end"
+        if to == "tools":
+            return "tools"
+        nodes = recovery_nodes(
+            self.engine,
+            repair_model=self.repair_model,
+            planner_model=None,
+            escalate=self.escalate,
+        )
+        node = nodes.get(to)
+        if node is None:  # pragma: no cover - the tools step only routes to enabled paths
+            raise ConfigurationError(f"a call waits for {to!r}, which this middleware lacks")
+        return node
+
+    # ------------------------------------------------------------ model calls
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        """The model chain: classified retry, a breaker per model, fallbacks."""
+        self.engine.learn([t for t in request.tools if isinstance(t, BaseTool)])
+        chain = self._model.chain(request.model)
+
+        def sync(index: int) -> Any:
+            return handler(request.override(model=chain.models[index]))
+
+        ask = Ask(sync, _no_async)
+        return cast(
+            "ModelResponse[Any]", drive(chain.flow(chain.clock.monotonic(), ask), chain.clock)
+        )
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        """Async `wrap_model_call`."""
+        self.engine.learn([t for t in request.tools if isinstance(t, BaseTool)])
+        chain = self._model.chain(request.model)
+
+        async def asynchronous(index: int) -> Any:
+            return await handler(request.override(model=chain.models[index]))
+
+        ask = Ask(_no_sync, asynchronous)
+        flow = chain.flow(chain.clock.monotonic(), ask)
+        return cast("ModelResponse[Any]", await adrive(flow, chain.clock))
+
+
+class _ModelChains:
+    """One `ResilientChatModel` chain per agent model seen (its breakers keyed by it)."""
+
+    def __init__(
+        self,
+        *,
+        fallbacks: list[BaseChatModel],
+        policy: ResiliencePolicy,
+        breaker: BreakerConfig | None,
+        store: BreakerStore,
+        clock: Clock,
+        fallback_on: Sequence[FailureClass],
+    ) -> None:
+        self.fallbacks = fallbacks
+        self.settings: dict[str, Any] = {
+            "policy": policy,
+            "breaker": breaker,
+            "store": store,
+            "clock": clock,
+            "fallback_on": fallback_on,
+        }
+        self._chains: dict[int, tuple[Any, ResilientChatModel]] = {}
+
+    def chain(self, model: Any) -> ResilientChatModel:
+        found = self._chains.get(id(model))
+        if found is None or found[0] is not model:
+            if not isinstance(model, BaseChatModel):
+                raise ConfigurationError(
+                    f"ResilienceMiddleware needs a BaseChatModel as the agent's model, got "
+                    f"{type(model).__name__}; pass create_agent a chat model instance"
+                )
+            found = (model, resilient_model(model, self.fallbacks, **self.settings))
+            self._chains[id(model)] = found
+        return found[1]
+
+
+def _no_sync(index: int) -> Any:  # pragma: no cover - drive never calls the async side
+    raise RuntimeError("the sync model handler is not available in awrap_model_call")
+
+
+async def _no_async(index: int) -> Any:  # pragma: no cover - adrive only
+    raise RuntimeError("the async model handler is not available in wrap_model_call")
+
+
+def _applied(view: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """The state as the next recovery node sees it: `update` applied to `view`."""
+    new = dict(view)
+    for key, value in update.items():
+        if key == "resilience":
+            new[key] = merge_ledger(read_ledger(view), value)
+        elif key == "messages":
+            new[key] = add_messages(view.get("messages") or [], value)
+        else:
+            new[key] = value
+    return new
+
+
+def _update(
+    state: Mapping[str, Any], view: Mapping[str, Any], to: str | None
+) -> dict[str, Any] | None:
+    """The hook's one update: the ledger whole (it replaces the older one), the
+    messages the recovery nodes added, and where to go next."""
+    update: dict[str, Any] = {}
+    if view is not state and view.get("resilience") is not state.get("resilience"):
+        update["resilience"] = view.get("resilience")
+        before = {m.id for m in state.get("messages") or []}
+        added = [m for m in view.get("messages") or [] if m.id not in before]
+        if added:
+            update["messages"] = added
+    if to is not None:
+        update["jump_to"] = to
+    return update or None

@@ -1,0 +1,332 @@
+"""`create_agent` + `ResilienceMiddleware`: the behaviour `add_resilience` has, on
+LangChain's own agent graph (each tool call its own task), sync and async."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import ToolCallLimitMiddleware
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from langgraph_resilience import (
+    ESCALATION_TYPE,
+    FailureClass,
+    ResilienceMiddleware,
+    ResiliencePolicy,
+    ToolError,
+    ToolProfile,
+)
+from langgraph_resilience.testing import (
+    FakeClock,
+    FakeHTTPError,
+    Fault,
+    FaultyTool,
+    ScriptedChatModel,
+    text,
+    tool_calls,
+)
+from tests.conftest import Runner
+
+
+@tool
+def lookup(order_id: str) -> str:
+    """Look up an order."""
+    return f"order {order_id}: shipped"
+
+
+@tool
+def lookup_backup(order_id: str) -> str:
+    """Look up an order in the replica."""
+    return f"order {order_id}: shipped (replica)"
+
+
+def _agent(
+    agent_tools: list[BaseTool],
+    responses: list[Any],
+    *,
+    clock: FakeClock | None = None,
+    middleware: list[Any] = (),  # type: ignore[assignment]
+    **options: Any,
+) -> tuple[Any, ScriptedChatModel, FakeClock]:
+    clock = clock or FakeClock()
+    model = ScriptedChatModel(responses=responses)
+    resilience = ResilienceMiddleware(clock=clock, **options)
+    agent = create_agent(
+        model, agent_tools, middleware=[resilience, *middleware], checkpointer=InMemorySaver()
+    )
+    return agent, model, clock
+
+
+def _config() -> dict[str, Any]:
+    return {"configurable": {"thread_id": uuid.uuid4().hex}}
+
+
+def _answers(result: dict[str, Any]) -> list[ToolMessage]:
+    return [m for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+def _envelope(message: ToolMessage) -> ToolError:
+    return ToolError.model_validate_json(str(message.content))
+
+
+def _every_call_answered_before_the_model(model: ScriptedChatModel) -> None:
+    """What the provider would check: no request shows an unanswered tool call."""
+    for request in model.received:
+        for index, message in enumerate(request):
+            if isinstance(message, AIMessage) and message.tool_calls:
+                after = request[index + 1 :]
+                ids = [m.tool_call_id for m in after if isinstance(m, ToolMessage)]
+                for call in message.tool_calls:
+                    assert ids.count(call["id"]) == 1, (call, request)
+
+
+def test_401_is_never_retried(runner: Runner) -> None:
+    faulty = FaultyTool(lookup, [Fault.status(401)])
+    agent, model, _clock = _agent(
+        [faulty], [tool_calls(("lookup", {"order_id": "A1"})), text("sorry")]
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("where is A1?")]}, _config())
+    [answer] = _answers(result)
+    assert faulty.calls == 1
+    assert answer.status == "error"
+    assert _envelope(answer).failure_class is FailureClass.POLICY
+    _every_call_answered_before_the_model(model)
+
+
+def test_429_waits_for_its_retry_after(runner: Runner) -> None:
+    faulty = FaultyTool(lookup, [Fault.status(429, retry_after=7)])
+    agent, model, clock = _agent(
+        [faulty], [tool_calls(("lookup", {"order_id": "A1"})), text("shipped")]
+    )
+    started = clock.time()
+    result = runner.invoke(agent, {"messages": [HumanMessage("where is A1?")]}, _config())
+    [answer] = _answers(result)
+    assert answer.content == "order A1: shipped"
+    assert faulty.calls == 2
+    assert clock.time() - started == pytest.approx(7.0)
+    assert model.calls == 2  # the model never saw the failed attempt
+    assert result["resilience"]["events"]["backoff"] == 1
+
+
+def test_a_sibling_that_succeeded_is_not_run_again(runner: Runner) -> None:
+    flaky = FaultyTool(lookup, [Fault.status(503), Fault.status(503)])
+    steady = FaultyTool(lookup_backup, [])
+    agent, model, _ = _agent(
+        [flaky, steady],
+        [
+            tool_calls(("lookup", {"order_id": "A1"}), ("lookup_backup", {"order_id": "B2"})),
+            text("both shipped"),
+        ],
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("A1 and B2?")]}, _config())
+    assert flaky.calls == 3
+    assert steady.executions == 1
+    assert sorted(str(m.content) for m in _answers(result)) == [
+        "order A1: shipped",
+        "order B2: shipped (replica)",
+    ]
+    _every_call_answered_before_the_model(model)
+
+
+def test_a_side_effect_runs_once_while_its_sibling_retries(runner: Runner) -> None:
+    refunds: list[str] = []
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return "refunded"
+
+    flaky = FaultyTool(lookup, [Fault.status(503)] * 2)
+    agent, _model, _ = _agent(
+        [flaky, refund],
+        [
+            tool_calls(("lookup", {"order_id": "A1"}), ("refund", {"order_id": "A1"})),
+            text("done"),
+        ],
+        profiles={"refund": ToolProfile(side_effect=True)},
+    )
+    runner.invoke(agent, {"messages": [HumanMessage("refund A1")]}, _config())
+    assert refunds == ["A1"]
+    assert flaky.calls == 3
+
+
+def test_retries_stop_at_max_attempts_with_an_envelope(runner: Runner) -> None:
+    faulty = FaultyTool(lookup, [], then=Fault.status(503))
+    agent, _model, _ = _agent(
+        [faulty],
+        [tool_calls(("lookup", {"order_id": "A1"})), text("down")],
+        policy=ResiliencePolicy(max_attempts=3),
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, _config())
+    [answer] = _answers(result)
+    assert faulty.calls == 3
+    assert _envelope(answer).failure_class is FailureClass.TRANSIENT
+    assert result["resilience"]["task"]["tool_attempts"] == 3
+
+
+def test_the_loop_guard_stops_a_repeated_call(runner: Runner) -> None:
+    same = tool_calls(("lookup", {"order_id": "A1"}))
+    counted = FaultyTool(lookup, [])
+    agent, model, _ = _agent(
+        [counted],
+        [same, same, same, same, text("stop")],
+        policy=ResiliencePolicy(loop_threshold=3),
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, _config())
+    answers = _answers(result)
+    looped = [_envelope(m) for m in answers if m.status == "error"]
+    assert looped, answers
+    assert all("loop" in e.type.lower() for e in looped), answers
+    assert counted.executions == 4 - len(looped) < 4
+    _every_call_answered_before_the_model(model)
+
+
+def test_a_semantic_failure_is_repaired_by_the_repair_model(runner: Runner) -> None:
+    seen: list[str] = []
+
+    @tool
+    def find(order_id: str) -> str:
+        """Find an order by its id (like A1)."""
+        seen.append(order_id)
+        if not order_id.startswith("A"):
+            raise FakeHTTPError(422, body="order_id must look like A1")
+        return f"found {order_id}"
+
+    repair = ScriptedChatModel(responses=[tool_calls(("find", {"order_id": "A7"}))])
+    agent, model, _ = _agent(
+        [find],
+        [tool_calls(("find", {"order_id": "7"})), text("found it")],
+        repair_model=repair,
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("order 7?")]}, _config())
+    [answer] = _answers(result)
+    assert seen == ["7", "A7"]
+    assert answer.content == "found A7"
+    assert repair.calls == 1
+    assert model.calls == 2
+
+
+def test_a_gone_tool_falls_back_to_its_fallback(runner: Runner) -> None:
+    gone = FaultyTool(lookup, [], then=Fault.status(404))
+    agent, _model, _ = _agent(
+        [gone],
+        [tool_calls(("lookup", {"order_id": "A1"})), text("ok")],
+        profiles={"lookup": ToolProfile(fallback="lookup_backup")},
+        tools=[lookup_backup],
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, _config())
+    [answer] = _answers(result)
+    assert answer.content == "order A1: shipped (replica)"
+    assert answer.tool_call_id == result["messages"][1].tool_calls[0]["id"]
+
+
+def test_an_escalation_interrupts_and_resumes_with_command(runner: Runner) -> None:
+    faulty = FaultyTool(lookup, [Fault.status(403)])
+    agent, model, _ = _agent(
+        [faulty],
+        [tool_calls(("lookup", {"order_id": "A1"})), text("shipped")],
+        escalate=True,
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, config)
+    [pending] = agent.get_state(config).interrupts
+    assert pending.value["type"] == ESCALATION_TYPE
+    assert faulty.calls == 1
+    result = runner.invoke(agent, Command(resume={"action": "retry"}), config)
+    [answer] = _answers(result)
+    assert answer.content == "order A1: shipped"
+    assert faulty.calls == 2
+    _every_call_answered_before_the_model(model)
+
+
+def test_new_input_instead_of_an_answer_closes_the_escalation(runner: Runner) -> None:
+    faulty = FaultyTool(lookup, [Fault.status(403)])
+    agent, model, _ = _agent(
+        [faulty],
+        [tool_calls(("lookup", {"order_id": "A1"})), text("ok, something else")],
+        escalate=True,
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, config)
+    result = runner.invoke(agent, {"messages": [HumanMessage("never mind")]}, config)
+    kinds = [type(m).__name__ for m in result["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "HumanMessage", "AIMessage"]
+    assert _envelope(result["messages"][2]).type == "EscalationAbandoned"
+    assert faulty.calls == 1
+    _every_call_answered_before_the_model(model)
+
+
+def test_a_transient_model_failure_is_retried_after_its_retry_after(runner: Runner) -> None:
+    agent, model, clock = _agent(
+        [lookup], [FakeHTTPError(429, headers={"Retry-After": "5"}), text("hello")]
+    )
+    started = clock.time()
+    result = runner.invoke(agent, {"messages": [HumanMessage("hi")]}, _config())
+    assert result["messages"][-1].content == "hello"
+    assert model.calls == 2
+    assert clock.time() - started == pytest.approx(5.0)
+
+
+def test_a_401_from_the_model_is_raised_at_once(runner: Runner) -> None:
+    agent, model, _ = _agent([lookup], [FakeHTTPError(401), text("never")])
+    with pytest.raises(FakeHTTPError):
+        runner.invoke(agent, {"messages": [HumanMessage("hi")]}, _config())
+    assert model.calls == 1
+
+
+def test_a_down_model_falls_back_to_the_next(runner: Runner) -> None:
+    backup = ScriptedChatModel(responses=[text("from the backup")] * 2)
+    agent, model, _ = _agent(
+        [lookup],
+        [FakeHTTPError(503)] * 6,
+        model_fallbacks=[backup],
+        policy=ResiliencePolicy(max_attempts=2),
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("hi")]}, _config())
+    assert result["messages"][-1].content == "from the backup"
+    assert model.calls == 2
+
+
+def test_it_composes_with_langchains_tool_call_limit(runner: Runner) -> None:
+    faulty = FaultyTool(lookup, [Fault.status(503)])
+    agent, _model, _ = _agent(
+        [faulty],
+        [tool_calls(("lookup", {"order_id": "A1"})), text("done")],
+        middleware=[ToolCallLimitMiddleware(run_limit=5)],
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, _config())
+    assert _answers(result)[0].content == "order A1: shipped"
+    assert faulty.calls == 2
+
+
+def test_a_reused_provider_id_in_a_later_turn_is_a_new_call(runner: Runner) -> None:
+    refunds: list[str] = []
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return "refunded"
+
+    def reused(order: str) -> AIMessage:
+        return AIMessage(
+            content="",
+            tool_calls=[{"name": "refund", "args": {"order_id": order}, "id": "call_0"}],
+        )
+
+    agent, _model, _ = _agent(
+        [refund],
+        [reused("A1"), text("done"), reused("A1"), text("done again")],
+        profiles={"refund": ToolProfile(side_effect=True)},
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("refund A1")]}, config)
+    runner.invoke(agent, {"messages": [HumanMessage("and refund A1 once more")]}, config)
+    assert refunds == ["A1", "A1"]
