@@ -219,6 +219,35 @@ def build_plain(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
+def build_agent_resilient(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
+    """Graph A': LangChain's ``create_agent`` with ``ResilienceMiddleware()``."""
+    from langchain.agents import create_agent  # noqa: PLC0415 - imported for this pair only
+
+    from langgraph_resilience import ResilienceMiddleware  # noqa: PLC0415
+
+    return create_agent(
+        scripted_model(turns),
+        TOOLS,
+        middleware=[ResilienceMiddleware()],
+        checkpointer=checkpointer,
+    )
+
+
+def build_agent_plain(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
+    """Graph B': the same ``create_agent`` without middleware."""
+    from langchain.agents import create_agent  # noqa: PLC0415
+
+    return create_agent(scripted_model(turns), TOOLS, checkpointer=checkpointer)
+
+
+Builder = Callable[[BaseCheckpointSaver[Any], int], Any]
+PAIRS: dict[str, tuple[Builder, Builder]] = {
+    "add_resilience/ToolNode": (build_resilient, build_plain),
+    "middleware/create_agent": (build_agent_resilient, build_agent_plain),
+}
+"""What is compared, A against B: the graph entry point and the middleware one."""
+
+
 def invoke_turn(graph: Any, **kwargs: Any) -> tuple[float, float, dict[str, Any]]:
     """Run one clean turn on a fresh thread: (wall seconds, process CPU seconds, result)."""
     config = {"configurable": {"thread_id": uuid.uuid4().hex}}
@@ -313,11 +342,17 @@ def summarize(
 
 
 def bench_turns(
-    label: str, checkpointer: BaseCheckpointSaver[Any], *, pairs: int, warmup: int
+    label: str,
+    checkpointer: BaseCheckpointSaver[Any],
+    *,
+    pairs: int,
+    warmup: int,
+    pair: str = "add_resilience/ToolNode",
 ) -> dict[str, Any]:
     """Interleave A and B turns (ABBA...) on one checkpointer; return the summary."""
     turns = 1 + warmup + pairs
-    graphs = {"A": build_resilient(checkpointer, turns), "B": build_plain(checkpointer, turns)}
+    build_a, build_b = PAIRS[pair]
+    graphs = {"A": build_a(checkpointer, turns), "B": build_b(checkpointer, turns)}
     check_clean_ledger(graphs["A"])
     for _ in range(warmup):
         run_turn(graphs["A"])
@@ -330,6 +365,7 @@ def bench_turns(
             wall[name].append(elapsed)
             cpu[name].append(used)
     summary = summarize(label, wall, cpu)
+    summary["pair"] = pair
     summary["verdict"] = _verdict(summary)
     return summary
 
@@ -898,7 +934,7 @@ def _short(path: str) -> str:
 def print_turns(rows: list[dict[str, Any]], skipped: dict[str, str]) -> None:
     print("\n1. Clean agent turn, 2 parallel tool calls (wall time per graph.invoke)")
     header = (
-        f"{'checkpointer':<14} {'turns':>6}  {'A resilient ms':>15}  {'B plain ms':>11}  "
+        f"{'A/B':<24} {'checkpointer':<14} {'turns':>5}  {'A ms':>7}  {'B ms':>7}  "
         f"{'A/B':>6}  {'95% CI':>11}  {'+us/call':>8}  {'target':>7}  {'result':<6}  CPU A/B"
     )
     print(header)
@@ -906,8 +942,8 @@ def print_turns(rows: list[dict[str, Any]], skipped: dict[str, str]) -> None:
     for row in rows:
         low, high = row["ratio_ci95"]
         print(
-            f"{row['checkpointer']:<14} {row['turns_each']:>6}  "
-            f"{row['resilient_ms']['median']:>15.3f}  {row['plain_ms']['median']:>11.3f}  "
+            f"{row.get('pair', ''):<24} {row['checkpointer']:<14} {row['turns_each']:>5}  "
+            f"{row['resilient_ms']['median']:>7.3f}  {row['plain_ms']['median']:>7.3f}  "
             f"{row['ratio']:>5.3f}x  {low:>5.3f}-{high:<5.3f}  "
             f"{row['extra_us_per_tool_call']:>8.0f}  <={row['target']:.2f}x  "
             f"{_verdict(row):<6}  {row['cpu_ratio']:.3f}x"
@@ -915,6 +951,8 @@ def print_turns(rows: list[dict[str, Any]], skipped: dict[str, str]) -> None:
     for label, reason in skipped.items():
         print(f"{label:<14} skipped: {reason}")
     print(
+        "add_resilience/ToolNode: A = add_resilience, B = ToolNode + tools_condition;\n"
+        "middleware/create_agent: A = create_agent + ResilienceMiddleware(), B = create_agent;\n"
         "medians; A/B = ratio of median wall times (the target); CI = bootstrap over the\n"
         "interleaved pairs; +us/call = (A - B) / 2 tool calls; CPU A/B = ratio of median\n"
         "process CPU time (robust to other load; excludes the Postgres server's work);\n"
@@ -1051,23 +1089,29 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         skipped["PostgresSaver"] = f"server unreachable at {DEFAULT_DSN} ({reason})"
         print(f"PostgresSaver part skipped: {skipped['PostgresSaver']}")
-    print("running InMemorySaver turns ...", flush=True)
-    rows.append(
-        bench_turns(
-            "InMemorySaver",
-            InMemorySaver(),
-            pairs=sizes.memory_pairs,
-            warmup=sizes.warmup_pairs,
-        )
-    )
-    if reason is None:
-        print("running PostgresSaver turns ...", flush=True)
-        with postgres_saver(dsn) as saver:
-            rows.append(
-                bench_turns(
-                    "PostgresSaver", saver, pairs=sizes.postgres_pairs, warmup=sizes.warmup_pairs
-                )
+    for pair in PAIRS:
+        print(f"running InMemorySaver turns ({pair}) ...", flush=True)
+        rows.append(
+            bench_turns(
+                "InMemorySaver",
+                InMemorySaver(),
+                pairs=sizes.memory_pairs,
+                warmup=sizes.warmup_pairs,
+                pair=pair,
             )
+        )
+        if reason is None:
+            print(f"running PostgresSaver turns ({pair}) ...", flush=True)
+            with postgres_saver(dsn) as saver:
+                rows.append(
+                    bench_turns(
+                        "PostgresSaver",
+                        saver,
+                        pairs=sizes.postgres_pairs,
+                        warmup=sizes.warmup_pairs,
+                        pair=pair,
+                    )
+                )
     print("running micro-benchmarks ...", flush=True)
     micro = bench_micro(sizes)
     profile = None

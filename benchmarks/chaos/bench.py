@@ -52,7 +52,7 @@ from benchmarks.chaos.mixes import (
 )
 from benchmarks.chaos.report import print_report, write_report
 from benchmarks.chaos.runs import RunResult, run_task
-from benchmarks.chaos.targets import BenchReport, Row, aggregate, check_targets, evaluate_targets
+from benchmarks.chaos.targets import BenchReport, Row, aggregate, all_targets, check_targets
 from benchmarks.chaos.tasks import (
     CONVERSATIONS,
     TASKS,
@@ -397,7 +397,7 @@ def run_bench(
     pair = {"toolnode", "resilient"} <= set(report.config["contenders"])
     if pair:
         report.config["overhead"] = measure_overhead(suite, rounds=1 if quick else 2)
-    report.targets = evaluate_targets(report) if "resilient" in report.config["contenders"] else []
+    report.targets = all_targets(report)
     if console is not None:
         print_report(report, console)
     if out_dir is not None:

@@ -23,6 +23,9 @@ run on an ``InMemorySaver`` checkpointer:
   by a scripted operator (`tasks.operator_decision`).
 - ``resilient_unattended`` (d'): the same without escalation (not run by
   default; ``--contenders resilient_unattended``).
+- ``middleware`` (e): LangChain's ``create_agent`` with `ResilienceMiddleware`, the
+  same profiles, policy, repairer, breaker and operator as (d); every path but
+  verified replanning (`MIDDLEWARE_PATHS`), which the middleware leaves to the model.
 
 ``retry_policy`` and ``create_agent`` sleep with ``time.sleep``; their backoff is
 set to 0 (``initial_interval=0``, ``initial_delay=0``, no jitter) so the
@@ -265,20 +268,13 @@ def build_resilient(
     Escalation interrupts the graph, so it needs a checkpointer and someone to
     answer (`run_task` plays the operator).
     """
-    names = {t.name for t in tools}
-    effects = set(side_effect_tools) & names
-    profiles = {
-        name: ToolProfile(
-            side_effect=name in effects,
-            output_schema=output_schemas.get(name),
-            fallback=fallbacks[name] if fallbacks.get(name) in names else None,
-            status_check=status_check if name in effects else None,
-            batch_arg=BATCH_ARGS.get(name),
-            merge_batches=BATCH_MERGES.get(name),
-        )
-        for name in sorted(names)
-        if name in effects or name in output_schemas or name in fallbacks or name in BATCH_ARGS
-    }
+    profiles = shop_profiles(
+        tools,
+        status_check,
+        side_effect_tools=side_effect_tools,
+        output_schemas=output_schemas,
+        fallbacks=fallbacks,
+    )
     builder = StateGraph(_ResilientState)
     builder.add_node("agent", _agent_node(model, tools))
     builder.add_edge(START, "agent")
@@ -297,6 +293,57 @@ def build_resilient(
         breaker_store=breaker_store,
     )
     return builder.compile(checkpointer=checkpointer)
+
+
+MIDDLEWARE_PATHS: frozenset[str] = RESILIENT_PATHS - {"replan"}
+"""The recovery paths contender (e) has: (d)'s but verified replanning."""
+
+
+def shop_profiles(
+    tools: Sequence[BaseTool],
+    status_check: Callable[[str], Any] | None,
+    *,
+    side_effect_tools: Iterable[str] = SIDE_EFFECT_TOOLS,
+    output_schemas: Mapping[str, Any] = OUTPUT_SCHEMAS,
+    fallbacks: Mapping[str, str] = ALTERNATIVES,
+) -> dict[str, ToolProfile]:
+    """The shop's tool profiles, as contenders (d) and (e) declare them."""
+    names = {t.name for t in tools}
+    effects = set(side_effect_tools) & names
+    return {
+        name: ToolProfile(
+            side_effect=name in effects,
+            output_schema=output_schemas.get(name),
+            fallback=fallbacks[name] if fallbacks.get(name) in names else None,
+            status_check=status_check if name in effects else None,
+            batch_arg=BATCH_ARGS.get(name),
+            merge_batches=BATCH_MERGES.get(name),
+        )
+        for name in sorted(names)
+        if name in effects or name in output_schemas or name in fallbacks or name in BATCH_ARGS
+    }
+
+
+def _build_middleware(ctx: BuildContext) -> Built:
+    from langchain.agents import create_agent  # noqa: PLC0415 - optional dependency
+
+    from langgraph_resilience import ResilienceMiddleware  # noqa: PLC0415
+
+    repairer = scripted_repairer()
+    middleware = ResilienceMiddleware(
+        policy=RESILIENT_POLICY,
+        profiles=shop_profiles(ctx.tools, ctx.status_check),
+        clock=ctx.clock,
+        rng=random.Random(ctx.seed),
+        repair_model=repairer,
+        escalate=True,
+        breaker=ctx.breaker or RESILIENT_BREAKER,
+        breaker_store=ctx.breaker_store,
+    )
+    app = create_agent(
+        ctx.model, list(ctx.tools), middleware=[middleware], checkpointer=ctx.checkpointer
+    )
+    return Built(app, [repairer])
 
 
 def _resilient(*, escalate: bool) -> Callable[[BuildContext], Built]:
@@ -348,8 +395,20 @@ CONTENDERS: Mapping[str, Contender] = {
             _resilient(escalate=False),
             simulated_backoff=True,
         ),
+        Contender(
+            "middleware",
+            "(e) create_agent+ResilienceMiddleware",
+            _build_middleware,
+            simulated_backoff=True,
+        ),
     )
 }
 """Every contender, by name; `DEFAULT_CONTENDERS` run unless told otherwise."""
 
-DEFAULT_CONTENDERS: tuple[str, ...] = ("toolnode", "retry_policy", "create_agent", "resilient")
+DEFAULT_CONTENDERS: tuple[str, ...] = (
+    "toolnode",
+    "retry_policy",
+    "create_agent",
+    "resilient",
+    "middleware",
+)

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from benchmarks.chaos.contenders import RESILIENT_PATHS, RESILIENT_POLICY
+from benchmarks.chaos.contenders import MIDDLEWARE_PATHS, RESILIENT_PATHS, RESILIENT_POLICY
 from benchmarks.chaos.mixes import MIXES, Mix
 from benchmarks.chaos.runs import RunResult
 from benchmarks.chaos.tasks import (
@@ -24,6 +24,7 @@ __all__ = [
     "Row",
     "TargetResult",
     "aggregate",
+    "all_targets",
     "check_targets",
     "evaluate_targets",
 ]
@@ -401,7 +402,7 @@ def _extra_targets(
     return out
 
 
-_OURS = frozenset({"resilient", "resilient_unattended"})
+_OURS = frozenset({"resilient", "resilient_unattended", "middleware"})
 
 
 def _over_budget(run: RunResult, per_call: int, per_key: int) -> bool:
@@ -416,14 +417,27 @@ def _over_budget(run: RunResult, per_call: int, per_key: int) -> bool:
     return run.max_tool_calls_per_task > RESILIENT_POLICY.max_tool_attempts
 
 
+def all_targets(report: BenchReport) -> list[TargetResult]:
+    """(d)'s targets, then the same targets for (e) (named ``(e) ...``) when each ran:
+    the middleware must meet what `add_resilience` meets, on every mix."""
+    ran = set(report.config.get("contenders", []))
+    results = evaluate_targets(report) if "resilient" in ran else []
+    if "middleware" in ran:
+        results += [
+            dataclasses.replace(t, name=f"(e) {t.name}")
+            for t in evaluate_targets(report, contender="middleware", paths=MIDDLEWARE_PATHS)
+            if t.checked
+        ]
+    return results
+
+
 def check_targets(report: BenchReport) -> list[str]:
-    """The behaviour targets (d) misses in `report`, one line each; empty when all are met.
+    """The behaviour targets (d) or (e) misses in `report`, one line each; empty when
+    all are met.
 
     Counts only, never timings; targets whose recovery path has not landed are
     pending, not failures.
     """
     return [
-        f"{t.name}: {t.detail}"
-        for t in evaluate_targets(report)
-        if t.checked and t.status == "missed"
+        f"{t.name}: {t.detail}" for t in all_targets(report) if t.checked and t.status == "missed"
     ]

@@ -137,13 +137,14 @@ def _add_bench(sub: Subparsers) -> None:
         "bench",
         help="chaos benchmark: recovery under injected faults against plain LangGraph",
         description="Run the seeded task suite under fault mixes for each contender; print the "
-        "table, write JSON and a PNG chart; exit 1 if add_resilience misses a behaviour target.",
+        "table, write JSON and a PNG chart; exit 1 if add_resilience or the middleware "
+        "misses a behaviour target.",
     )
     bench.add_argument("--quick", action="store_true", help="a small suite (< 1 minute)")
     bench.add_argument(
         "--contenders",
         nargs="+",
-        help="contenders to run (default: toolnode retry_policy create_agent resilient)",
+        help="contenders to run (default: toolnode retry_policy create_agent resilient middleware)",
     )
     bench.add_argument("--mix", nargs="+", help="fault mixes to run (default: all)")
     bench.add_argument("--seeds", type=int, help="fault seeds per task (pass^k)")

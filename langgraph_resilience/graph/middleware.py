@@ -22,8 +22,10 @@ same code (nothing here decides anything itself):
   The hook runs the recovery nodes of `add_resilience` (`RetryNode`, `RepairNode`,
   `EscalateNode`) in the order of its router (`next_step`), then jumps back to the
   tools node for the calls now due; a call already answered is not run again.
-- ``before_agent``: new input answers any call a stopped run left unanswered
-  (`AnswerPendingNode`), so the next model request is a valid history.
+  On new input (the model is about to answer a human message), it first answers
+  any call a stopped run left unanswered (`AnswerPendingNode`), so the model's
+  request is a valid history. (One hook, not a ``before_agent`` too: every hook is a
+  graph step of its own, checkpointed, on every turn.)
 - ``wrap_model_call``: the model chain of `resilient_model` (`ResilientChatModel.flow`)
   over `create_agent`'s handler: classified retry honouring Retry-After, a breaker
   per model and the ``model_fallbacks`` in order.
@@ -49,7 +51,7 @@ from typing import Any, NotRequired, cast
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import hook_config
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.graph.message import add_messages
@@ -184,23 +186,14 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
 
     # ------------------------------------------------------------ the turn
 
-    def before_agent(
-        self, state: ResilienceAgentState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        """New input: answer the calls a stopped run left unanswered."""
-        return self._pending.step(state) or None
-
-    async def abefore_agent(
-        self, state: ResilienceAgentState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        """Async `before_agent` (pure over the state)."""
-        return self._pending.step(state) or None
-
     @hook_config(can_jump_to=["tools", "end"])
     def before_model(
         self, state: ResilienceAgentState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Recover the turn's waiting calls before the model is asked again."""
+        """Recover the turn's waiting calls before the model is asked again; on new
+        input, answer the calls a stopped run left."""
+        if _new_input(state):
+            return self._pending.step(state) or None
         view: dict[str, Any] = dict(state)
         config = get_config()
         for _ in range(_RECOVERY_ROUNDS):
@@ -217,6 +210,8 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         self, state: ResilienceAgentState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async `before_model`."""
+        if _new_input(state):
+            return self._pending.step(state) or None
         view: dict[str, Any] = dict(state)
         config = get_config()
         for _ in range(_RECOVERY_ROUNDS):
@@ -327,6 +322,13 @@ def _no_sync(index: int) -> Any:  # pragma: no cover - drive never calls the asy
 
 async def _no_async(index: int) -> Any:  # pragma: no cover - adrive only
     raise RuntimeError("the async model handler is not available in wrap_model_call")
+
+
+def _new_input(state: Mapping[str, Any]) -> bool:
+    """The model is about to answer a human message (a new invoke), not the tools: any
+    call still unanswered was left by a run that stopped (`AnswerPendingNode`)."""
+    messages = state.get("messages") or []
+    return bool(messages) and isinstance(messages[-1], HumanMessage)
 
 
 def _applied(view: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:

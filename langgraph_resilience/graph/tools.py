@@ -27,6 +27,7 @@ from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
+from pydantic import BaseModel, ValidationError
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
@@ -524,7 +525,7 @@ def call_step(
         routed = _routed(node, request, batch)
         ledger = node._ledgers.resolve(request.runtime.config)
         with _in_step(_InStep(batch, ledger)):
-            output = _as_output(node, node._wrap(routed, execute))
+            output = _as_output(node, node._wrap(routed, _raising(execute)))
     update, reports = finish_step(node.settings, state, batch, output)
     drive(node.guards.reports(reports), node.clock)
     return _as_command(update)
@@ -542,10 +543,46 @@ async def acall_step(
         routed = _routed(node, request, batch)
         ledger = await node._ledgers.aresolve(request.runtime.config)
         with _in_step(_InStep(batch, ledger)):
-            output = _as_output(node, await node._awrap(routed, execute))
+            output = _as_output(node, await node._awrap(routed, _araising(execute)))
     update, reports = finish_step(node.settings, state, batch, output)
     await adrive(node.guards.reports(reports), node.clock)
     return _as_command(update)
+
+
+def _raising(execute: Callable[..., Any]) -> Callable[..., Any]:
+    """`execute` that raises the `ToolInvocationError` which `create_agent`'s ToolNode
+    turns into an error message (its default ``handle_tool_errors``), so rejected
+    arguments are coerced and classified as under `GuardedToolNode`."""
+
+    def run(request: ToolCallRequest) -> Any:
+        return _rejected(request, execute(request))
+
+    return run
+
+
+def _araising(execute: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Async `_raising`."""
+
+    async def run(request: ToolCallRequest) -> Any:
+        return _rejected(request, await execute(request))
+
+    return run
+
+
+def _rejected(request: ToolCallRequest, result: Any) -> Any:
+    """Raise for an error answer whose arguments the tool's schema rejects; else pass
+    `result` on. Only error answers are checked: a clean call pays nothing."""
+    if not (isinstance(result, ToolMessage) and result.status == "error") or result.artifact:
+        return result
+    schema = getattr(request.tool, "tool_call_schema", None)
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return result
+    call = request.tool_call
+    try:
+        schema.model_validate(call["args"])
+    except ValidationError as exc:
+        raise ToolInvocationError(call["name"], exc, call["args"]) from exc
+    return result
 
 
 def _one(node: GuardedToolNode, request: ToolCallRequest) -> tuple[Batch | None, Any]:

@@ -213,6 +213,29 @@ def test_a_semantic_failure_is_repaired_by_the_repair_model(runner: Runner) -> N
     assert model.calls == 2
 
 
+def test_rejected_arguments_are_repaired_from_the_schemas_errors(runner: Runner) -> None:
+    """create_agent's ToolNode turns rejected arguments into an error message; the
+    middleware still sees them as SEMANTIC, with the schema's errors for the repair."""
+
+    @tool
+    def find(order_v2: str) -> str:
+        """Find an order."""
+        return f"found {order_v2}"
+
+    repair = ScriptedChatModel(responses=[tool_calls(("find", {"order_v2": "A7"}))])
+    agent, _model, _ = _agent(
+        [find], [tool_calls(("find", {"order": "A7"})), text("done")], repair_model=repair
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("A7?")]}, _config())
+    [answer] = _answers(result)
+    assert answer.content == "found A7"
+    [record] = result["resilience"]["calls"].values()
+    assert record["error"]["failure_class"] == "semantic"
+    assert record["error"]["context"]["errors"][0]["field"] == "order_v2"
+    prompt = repair.received[0][-1].text
+    assert "order_v2" in prompt
+
+
 def test_a_gone_tool_falls_back_to_its_fallback(runner: Runner) -> None:
     gone = FaultyTool(lookup, [], then=Fault.status(404))
     agent, _model, _ = _agent(
