@@ -34,6 +34,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from langchain_core.exceptions import (
+    ContextOverflowError,
+    ModelAuthenticationError,
+    ModelError,
+    ModelInvalidRequestError,
+    ModelNotFoundError,
+    ModelPermissionDeniedError,
+    ModelRefusalError,
+)
 from langchain_core.tools import ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
@@ -363,12 +372,41 @@ def tool_exception_rule(error: BaseException, profile: ToolProfile | None) -> Ve
     return None
 
 
+def model_error_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
+    """langchain-core's provider-neutral `ModelError` types (after the HTTP status,
+    which they also carry when there is one): a refusal or a credentials problem is
+    for a human, an overflowing context or an invalid request must change, an
+    unknown model is gone; otherwise the type's own ``is_retryable`` decides."""
+    if not isinstance(error, ModelError):
+        return None
+    for types, failure_class, action in _MODEL_ERRORS:
+        if isinstance(error, types):
+            context = {"model_error": type(error).__name__}
+            return Verdict(failure_class, action, context=context)
+    if error.is_retryable:
+        return Verdict(FailureClass.TRANSIENT, "retry", retriable=True)
+    return None
+
+
+_MODEL_ERRORS: tuple[tuple[tuple[type[ModelError], ...], FailureClass, str], ...] = (
+    (
+        (ModelAuthenticationError, ModelPermissionDeniedError, ModelRefusalError),
+        FailureClass.POLICY,
+        "ask_human",
+    ),
+    ((ContextOverflowError,), FailureClass.SEMANTIC, "shorten_input"),
+    ((ModelInvalidRequestError,), FailureClass.SEMANTIC, "fix_args"),
+    ((ModelNotFoundError,), FailureClass.STRUCTURAL, "ask_human"),
+)
+
+
 DEFAULT_RULES: tuple[Rule, ...] = (
     tool_failure_rule,
     circuit_rule,
     gone_rule,
     output_rule,
     http_status_rule,
+    model_error_rule,
     rate_limit_rule,
     timeout_rule,
     connection_rule,

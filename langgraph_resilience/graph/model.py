@@ -44,8 +44,14 @@ chat model. The decision step here is one pure function, `core.decide.decide_mod
 (on the same retry rule as tools), and the call sequence one `core.flow` flow
 (`ResilientChatModel.flow`) driven by the package's one sync and one async driver.
 
-Streaming yields the whole reply at once: streaming tokens through a chain that
-may retry would show the user the partial output of a failed attempt.
+Streaming is real (``stream`` yields the model's chunks as they come): a failure
+before the first chunk is retried or falls back like any other, so a reader never
+sees the partial output of a failed attempt; one after it is raised, as the model
+itself would. One call is one chat-model run for callbacks and tracing (usage is
+counted once): the underlying attempts run without the caller's callbacks, and
+are seen through this package's events (``model_retry``, ``model_fallback``, ...).
+``with_structured_output`` is each model's own (its ``method=``), behind the same
+retry, breakers and fallbacks.
 """
 
 from __future__ import annotations
@@ -53,22 +59,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import itertools
 import random
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
-from langchain_core.callbacks import (
-    AsyncCallbackManager,
-    AsyncCallbackManagerForLLMRun,
-    CallbackManager,
-    CallbackManagerForLLMRun,
-)
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.base import LangSmithParams
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.runnables import Runnable, RunnableConfig
-from langgraph.constants import TAG_NOSTREAM
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from pydantic import ConfigDict, InstanceOf
 
@@ -86,12 +88,20 @@ from langgraph_resilience.errors import (
     ToolError,
 )
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.model_streaming import (
+    Ask,
+    ResilientRunnable,
+    afirst_chunk,
+    as_chunk,
+    first_chunk,
+)
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 
 __all__ = [
     "DEFAULT_FALLBACK_ON",
     "ModelStep",
     "ResilientChatModel",
+    "ResilientRunnable",
     "decide_model",
     "model_key",
     "resilient_model",
@@ -123,15 +133,6 @@ def model_key(model: BaseChatModel, index: int) -> str:
 
 
 # ------------------------------------------------------------------ the flow
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ask:
-    """How an attempt asks model `index` of the chain (sync, async): a chat model's
-    ``invoke``, or `create_agent`'s model handler with the model swapped in."""
-
-    sync: Callable[[int], Any]
-    asynchronous: Callable[[int], Awaitable[Any]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -186,8 +187,9 @@ class ResilientChatModel(BaseChatModel):
     """A chat model that is a chain of models with classified retry and breakers.
 
     Build it with `resilient_model`. It is a real `BaseChatModel`: ``invoke``,
-    ``ainvoke``, ``batch``, ``bind_tools`` and ``with_structured_output`` work,
-    and callbacks/tracing see each underlying model call as a child run.
+    ``stream`` (real chunks), ``batch``, ``bind_tools`` (a `RunnableBinding`) and
+    ``with_structured_output`` (each model's own ``method=``) work, and its LangSmith
+    parameters are its primary model's.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -234,7 +236,22 @@ class ResilientChatModel(BaseChatModel):
                     f"{key} does not support tool calling (bind_tools); remove it from the "
                     "chain or use a tool-calling model"
                 ) from exc
-        return self.model_copy(update={"chain": bound})
+        return RunnableBinding(bound=self.model_copy(update={"chain": bound}), kwargs={})
+
+    def with_structured_output(
+        self, schema: dict[str, Any] | type, *, include_raw: bool = False, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, Any]:
+        """Each model's own ``with_structured_output(schema, method=..., ...)``, asked in
+        the chain's order with the same retry, breakers and fallbacks."""
+        chain = [
+            model.with_structured_output(schema, include_raw=include_raw, **kwargs)
+            for model in self.models
+        ]
+        return ResilientRunnable(owner=self, chain=chain)
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """The primary model's (provider, model name, temperature, ...)."""
+        return self.models[0]._get_ls_params(stop=stop, **kwargs)
 
     # ------------------------------------------------------------------ flow
 
@@ -399,22 +416,51 @@ class ResilientChatModel(BaseChatModel):
                 self.keys[index], self.breaker, self.clock.time(), probe=probe
             )
 
-    def _ask(
-        self,
-        messages: list[BaseMessage],
-        run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None,
-        stop: list[str] | None,
-        kwargs: dict[str, Any],
-    ) -> Ask:
-        config = _child_config(run_manager)
-
+    def _ask(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: Any) -> Ask:
         def sync(index: int) -> Any:
-            return self.chain[index].invoke(messages, config, stop=stop, **kwargs)
+            return self.chain[index].invoke(messages, _ATTEMPT, stop=stop, **kwargs)
 
         async def asynchronous(index: int) -> Any:
-            return await self.chain[index].ainvoke(messages, config, stop=stop, **kwargs)
+            return await self.chain[index].ainvoke(messages, _ATTEMPT, stop=stop, **kwargs)
 
         return Ask(sync, asynchronous)
+
+    def _ask_stream(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: Any) -> Ask:
+        """An attempt that succeeds once the model's first chunk arrives."""
+
+        def sync(index: int) -> Any:
+            return first_chunk(self.chain[index].stream(messages, _ATTEMPT, stop=stop, **kwargs))
+
+        async def asynchronous(index: int) -> Any:
+            chunks = self.chain[index].astream(messages, _ATTEMPT, stop=stop, **kwargs)
+            return await afirst_chunk(chunks)
+
+        return Ask(sync, asynchronous)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        ask = self._ask_stream(messages, stop, kwargs)
+        first, rest = drive(self.flow(self.clock.monotonic(), ask), self.clock)
+        for chunk in itertools.chain([first], rest):
+            yield ChatGenerationChunk(message=as_chunk(chunk))
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        ask = self._ask_stream(messages, stop, kwargs)
+        first, rest = await adrive(self.flow(self.clock.monotonic(), ask), self.clock)
+        yield ChatGenerationChunk(message=as_chunk(first))
+        async for chunk in rest:
+            yield ChatGenerationChunk(message=as_chunk(chunk))
 
     def _generate(
         self,
@@ -423,7 +469,7 @@ class ResilientChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        ask = self._ask(messages, run_manager, stop, kwargs)
+        ask = self._ask(messages, stop, kwargs)
         message = drive(self.flow(self.clock.monotonic(), ask), self.clock)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -434,29 +480,15 @@ class ResilientChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        ask = self._ask(messages, run_manager, stop, kwargs)
+        ask = self._ask(messages, stop, kwargs)
         message = await adrive(self.flow(self.clock.monotonic(), ask), self.clock)
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
-def _child_config(
-    run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None,
-) -> RunnableConfig | None:
-    """Callbacks for the underlying model calls: nested under our run (tracing shows
-    every attempt), and tagged ``nostream`` so LangGraph's ``messages`` stream shows
-    only the final reply, never the partial output of a failed attempt."""
-    if run_manager is None:
-        return None
-    manager: CallbackManager | AsyncCallbackManager = (
-        AsyncCallbackManager(handlers=[], parent_run_id=run_manager.run_id)
-        if isinstance(run_manager, AsyncCallbackManagerForLLMRun)
-        else CallbackManager(handlers=[], parent_run_id=run_manager.run_id)
-    )
-    manager.set_handlers(run_manager.inheritable_handlers)
-    manager.add_tags(run_manager.inheritable_tags)
-    manager.add_metadata(run_manager.inheritable_metadata)
-    manager.add_tags([TAG_NOSTREAM], inherit=False)
-    return {"callbacks": manager}
+_ATTEMPT: RunnableConfig = {"callbacks": []}
+"""An attempt's config: none of the caller's callbacks. The call is one chat-model run
+(this model's); its attempts would count the tokens twice and stream a failed
+attempt's partial output."""
 
 
 def _own_retries(model: BaseChatModel) -> int:

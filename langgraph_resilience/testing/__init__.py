@@ -14,17 +14,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
+import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, ToolCall
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.language_models.base import LangSmithParams
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.types import interrupt
-from pydantic import ConfigDict, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 __all__ = [
     "FakeClock",
@@ -261,9 +266,21 @@ class ScriptedChatModel(BaseChatModel):
     ids are filled with unique ones), an exception to raise, or a function of
     the received messages returning an `AIMessage`. Every received message
     list is kept in `received` so tests can assert what the model was shown.
+    ``stream`` yields the reply word by word (tool calls in the last chunk), and
+    `bind_tools` returns a `RunnableBinding`, as a provider's model does; the
+    standard parameters (``model``, ``temperature``, ``max_tokens``, ``stop``, ...)
+    are accepted and reported to LangSmith, never acted on.
     """
 
-    responses: list[Any]
+    responses: list[Any] = Field(default_factory=list)
+    model: str | None = None
+    """A name for LangSmith (and for `model_key`, so two unnamed scripts keep apart)."""
+    temperature: float | None = None
+    max_tokens: int | None = None
+    timeout: float | None = None
+    stop: list[str] | None = None
+    max_retries: int = 0
+    """Always 0: a script has nothing to retry (`resilient_model` warns above 0)."""
     _index: int = PrivateAttr(default=0)
     _received: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
     _bound: list[dict[str, Any]] = PrivateAttr(default_factory=list)
@@ -296,8 +313,9 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Record the binding; the script decides what is called."""
-        names = [getattr(t, "name", None) or getattr(t, "__name__", str(t)) for t in tools]
+        names = [_tool_name(t) for t in tools]
         self._bound.append({"tools": names, "tool_choice": tool_choice, **kwargs})
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
         return self
 
     def _next(self, messages: list[BaseMessage]) -> AIMessage:
@@ -323,3 +341,42 @@ class ScriptedChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], *_: Any, **__: Any) -> ChatResult:
         """The next scripted answer (``stop`` and callbacks are ignored: the script decides)."""
         return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_model_name"] = kwargs.get("model") or self.model or "scripted"
+        return params
+
+    def _stream(
+        self, messages: list[BaseMessage], *_: Any, **__: Any
+    ) -> Iterator[ChatGenerationChunk]:
+        """The next scripted answer, a word per chunk; its tool calls come last."""
+        for chunk in _chunks(self._next(messages)):
+            yield ChatGenerationChunk(message=chunk)
+
+
+def _tool_name(tool: Any) -> str:
+    if isinstance(tool, dict):
+        function = tool.get("function") or {}
+        return str(tool.get("name") or function.get("name") or tool.get("title") or tool)
+    return str(getattr(tool, "name", None) or getattr(tool, "__name__", None) or tool)
+
+
+def _chunks(message: AIMessage) -> list[AIMessageChunk]:
+    """`message` as the chunks a provider would stream (their sum is `message`)."""
+    text = message.content if isinstance(message.content, str) else ""
+    words = re.findall(r"\S+\s*|\s+", text) or [""]
+    calls = [
+        tool_call_chunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=i)
+        for i, c in enumerate(message.tool_calls)
+    ]
+    chunks = [AIMessageChunk(content=word, id=message.id) for word in words]
+    chunks[-1] = AIMessageChunk(
+        content=chunks[-1].content,
+        id=message.id,
+        tool_call_chunks=calls,
+        usage_metadata=message.usage_metadata,
+        response_metadata=message.response_metadata,
+        chunk_position="last",
+    )
+    return chunks

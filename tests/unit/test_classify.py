@@ -7,6 +7,16 @@ import json
 from typing import Any
 
 import pytest
+from langchain_core.exceptions import (
+    ContextOverflowError,
+    ModelAPIError,
+    ModelAuthenticationError,
+    ModelConnectionError,
+    ModelInvalidRequestError,
+    ModelNotFoundError,
+    ModelRateLimitError,
+    ModelRefusalError,
+)
 from langchain_core.tools import ToolException
 from langgraph.errors import GraphInterrupt
 from pydantic import BaseModel, ValidationError
@@ -281,6 +291,15 @@ CASES = [
     pytest.param(
         _raised_from(RuntimeError("hidden"), None), U, "ask_human", id="from-None-suppresses"
     ),
+    # langchain-core's provider-neutral model errors (no status code of their own)
+    pytest.param(ModelRateLimitError("slow down"), T, "retry", id="ModelRateLimitError"),
+    pytest.param(ModelConnectionError("reset"), T, "retry", id="ModelConnectionError"),
+    pytest.param(ModelAPIError("overloaded"), T, "retry", id="ModelAPIError"),
+    pytest.param(ModelAuthenticationError("bad key"), P, "ask_human", id="ModelAuthError"),
+    pytest.param(ModelRefusalError(), P, "ask_human", id="ModelRefusalError"),
+    pytest.param(ContextOverflowError("too long"), S, "shorten_input", id="ContextOverflow"),
+    pytest.param(ModelInvalidRequestError("bad"), S, "fix_args", id="ModelInvalidRequest"),
+    pytest.param(ModelNotFoundError("gpt-9"), ST, "ask_human", id="ModelNotFoundError"),
     # nothing we understand: never retried
     pytest.param(KeyError("sku"), U, "ask_human", id="KeyError"),
     pytest.param(ValueError("odd"), U, "ask_human", id="ValueError"),
