@@ -7,22 +7,26 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def quick_start() -> str:
-    """The first ``python`` block under the README's "Quick start" heading."""
+def quick_starts() -> list[str]:
+    """The ``python`` blocks of the README's "Quick start" section: the graph entry
+    point (`add_resilience`), then `create_agent` with `ResilienceMiddleware`."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Quick start", 1)[1]
-    found = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert found, "the README's Quick start has no python block"
-    return found.group(1)
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 2, "the README's Quick start shows both entry points"
+    return blocks
 
 
-def test_the_quick_start_runs_as_written(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("entry", [0, 1], ids=["add_resilience", "create_agent"])
+def test_the_quick_start_runs_as_written(tmp_path: pathlib.Path, entry: int) -> None:
     """No name is left for the reader to define: it runs, and the agent answers."""
     script = tmp_path / "quick_start.py"
-    script.write_text(quick_start(), encoding="utf-8")
+    script.write_text(quick_starts()[entry], encoding="utf-8")
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
     )

@@ -12,7 +12,7 @@ It maps `add_resilience`'s graph onto the one `create_agent` builds, running the
 same code (nothing here decides anything itself):
 
 - ``wrap_tool_call``: `create_agent` runs each tool call as its own task, so each
-  is one tools step of its own (`tools.call_step`): the same planning (loop guard,
+  is one tools step of its own (`call_step.call_step`): the same planning (loop guard,
   budgets, gone tools), interception (breakers, bulkheads, timeouts, coercion,
   exactly-once side effects, the output contract, one classification) and settling
   (`tool_step.finish_step`) as `GuardedToolNode`, for that call. A call that
@@ -69,14 +69,16 @@ from langgraph_resilience.core.flow import adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError, FailureClass
-from langgraph_resilience.graph.model import Ask, ResilientChatModel, resilient_model
+from langgraph_resilience.graph.call_step import acall_step, call_step
+from langgraph_resilience.graph.model import ResilientChatModel, resilient_model
+from langgraph_resilience.graph.model_streaming import Ask
 from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.pending import AnswerPendingNode
 from langgraph_resilience.graph.retry import RetryNode
 from langgraph_resilience.graph.router import next_step
 from langgraph_resilience.graph.state import ResilienceLedger, merge_ledger, read_ledger
-from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode, acall_step, call_step
-from langgraph_resilience.graph.wiring import recovery_nodes
+from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode
+from langgraph_resilience.graph.wiring import check_profiles, recovery_nodes
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 
@@ -161,6 +163,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             fallback_on=model_fallback_on,
         )
         self._pending = AnswerPendingNode()
+        self._checked: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -173,7 +176,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
-        """One call as one tools step (`tools.call_step`)."""
+        """One call as one tools step (`call_step.call_step`)."""
         return call_step(self.engine, request, handler)
 
     async def awrap_tool_call(
@@ -252,7 +255,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
         """The model chain: classified retry, a breaker per model, fallbacks."""
-        self.engine.learn([t for t in request.tools if isinstance(t, BaseTool)])
+        self._learn(request)
         chain = self._model.chain(request.model)
 
         def sync(index: int) -> Any:
@@ -269,7 +272,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         """Async `wrap_model_call`."""
-        self.engine.learn([t for t in request.tools if isinstance(t, BaseTool)])
+        self._learn(request)
         chain = self._model.chain(request.model)
 
         async def asynchronous(index: int) -> Any:
@@ -278,6 +281,17 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         ask = Ask(_no_sync, asynchronous)
         flow = chain.flow(chain.clock.monotonic(), ask)
         return cast("ModelResponse[Any]", await adrive(flow, chain.clock))
+
+    def _learn(self, request: ModelRequest[Any]) -> None:
+        """Meet the agent's tools (the model request names them all) and check the
+        profiles against them once: a profile for a misspelled tool would leave a side
+        effect unguarded, so it fails here, loudly, before any tool runs."""
+        tools = [t for t in request.tools if isinstance(t, BaseTool)]
+        self.engine.learn(tools)
+        known = frozenset(self.engine.tools_by_name)
+        if known != self._checked:
+            check_profiles(self.engine.profiles, set(known))
+            self._checked = known
 
 
 class _ModelChains:

@@ -125,7 +125,7 @@ def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str) -> None:
     builder.add_edge(START, name)
 
 
-def _check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
+def check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
     unknown = set(profiles) - known
     if unknown:
         raise ConfigurationError(
@@ -238,7 +238,7 @@ def add_resilience(
         idempotency=idempotency,
         saga=saga,
     )
-    _check_profiles(profiles or {}, set(tool_node.tools_by_name))
+    check_profiles(profiles or {}, set(tool_node.tools_by_name))
     nodes = recovery_nodes(
         tool_node,
         repair_model=repair_model,

@@ -8,7 +8,11 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import ToolCallLimitMiddleware
+from langchain.agents.middleware import (
+    HumanInTheLoopMiddleware,
+    SummarizationMiddleware,
+    ToolCallLimitMiddleware,
+)
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -16,6 +20,7 @@ from langgraph.types import Command
 
 from langgraph_resilience import (
     ESCALATION_TYPE,
+    ConfigurationError,
     FailureClass,
     ResilienceMiddleware,
     ResiliencePolicy,
@@ -329,6 +334,59 @@ def test_it_composes_with_langchains_tool_call_limit(runner: Runner) -> None:
     assert faulty.calls == 2
 
 
+def test_it_composes_with_langchains_human_in_the_loop(runner: Runner) -> None:
+    """A reviewer approves the refund (HumanInTheLoopMiddleware, before it runs); the
+    approved refund then fails once with a 503 and is retried, and runs once."""
+    refunds: list[str] = []
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return "refunded"
+
+    flaky = FaultyTool(refund, [Fault.raises(ConnectionRefusedError("refused"))])
+    agent, model, _ = _agent(
+        [flaky],
+        [tool_calls(("refund", {"order_id": "A1"})), text("refunded")],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"refund": True})],
+        profiles={"refund": ToolProfile(side_effect=True)},
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("refund A1")]}, config)
+    assert agent.get_state(config).interrupts  # the reviewer is asked first
+    result = runner.invoke(agent, Command(resume={"decisions": [{"type": "approve"}]}), config)
+    assert refunds == ["A1"]
+    assert flaky.calls == 2
+    assert _answers(result)[0].content == "refunded"
+    _every_call_answered_before_the_model(model)
+
+
+def test_it_composes_with_langchains_summarization(runner: Runner) -> None:
+    """Summarization rewrites the history between turns; budgets and slots still hold."""
+    flaky = FaultyTool(lookup, [Fault.status(503), None, Fault.status(503)])
+    summarizer = ScriptedChatModel(responses=[text("Earlier: order A1 was looked up.")] * 4)
+    agent, model, _ = _agent(
+        [flaky],
+        [
+            tool_calls(("lookup", {"order_id": "A1"})),
+            text("A1 shipped"),
+            tool_calls(("lookup", {"order_id": "A2"})),
+            text("A2 shipped"),
+        ],
+        middleware=[
+            SummarizationMiddleware(summarizer, trigger=("messages", 4), keep=("messages", 2))
+        ],
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, config)
+    result = runner.invoke(agent, {"messages": [HumanMessage("and A2?")]}, config)
+    assert result["messages"][-1].content == "A2 shipped"
+    assert summarizer.calls >= 1  # the history was summarized in between
+    assert flaky.calls == 4
+    _every_call_answered_before_the_model(model)
+
+
 def test_a_reused_provider_id_in_a_later_turn_is_a_new_call(runner: Runner) -> None:
     refunds: list[str] = []
 
@@ -353,3 +411,16 @@ def test_a_reused_provider_id_in_a_later_turn_is_a_new_call(runner: Runner) -> N
     runner.invoke(agent, {"messages": [HumanMessage("refund A1")]}, config)
     runner.invoke(agent, {"messages": [HumanMessage("and refund A1 once more")]}, config)
     assert refunds == ["A1", "A1"]
+
+
+def test_a_profile_for_an_unknown_tool_fails_loudly_before_any_tool_runs() -> None:
+    """A misspelled side-effect profile would leave the real tool unguarded."""
+    faulty = FaultyTool(lookup, [])
+    agent, _model, _ = _agent(
+        [faulty],
+        [tool_calls(("lookup", {"order_id": "A1"})), text("ok")],
+        profiles={"lookpu": ToolProfile(side_effect=True)},
+    )
+    with pytest.raises(ConfigurationError, match=r"profiles name unknown tools \['lookpu'\]"):
+        agent.invoke({"messages": [HumanMessage("A1?")]}, _config())
+    assert faulty.calls == 0

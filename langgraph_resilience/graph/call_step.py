@@ -1,0 +1,145 @@
+"""One tool call as a whole tools step: how `create_agent` runs each call.
+
+`create_agent` sends each tool call of a model turn to its tools node as a task of
+its own, so `ResilienceMiddleware.wrap_tool_call` makes each one a tools step of
+its own: `GuardedToolNode`'s planning (`plan_batch`, cut to this call by
+`Batch.only`), its interception (breakers, exactly-once, one classification) with
+the agent's handler as the executor, and `finish_step`. The update carries the
+call's answer, or none while it waits for a recovery (its ledger record says which).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
+from langgraph.types import Command
+from pydantic import BaseModel, ValidationError
+
+from langgraph_resilience.core.flow import adrive, drive
+from langgraph_resilience.graph.tool_batch import Batch, plan_batch
+from langgraph_resilience.graph.tool_step import finish_step
+from langgraph_resilience.graph.tools import GuardedToolNode, in_step
+
+__all__ = ["acall_step", "call_step"]
+
+Answer = ToolMessage | Command[Any]
+
+
+def call_step(
+    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any]
+) -> Command[Any]:
+    """One tool call as a whole tools step (how `create_agent` runs each call, as its own
+    task): the same planning, interception and settling as the node, for this call
+    only. The update carries the call's answer, or none while it waits for a recovery."""
+    batch, state = _one(node, request)
+    if batch is None:
+        return Command(update={})
+    output: Any = {}
+    if batch.runnable:
+        routed = _routed(node, request, batch)
+        ledger = node.ledgers.resolve(request.runtime.config)
+        with in_step(batch, ledger):
+            output = _as_output(node, node._wrap(routed, _raising(execute)))
+    update, reports = finish_step(node.settings, state, batch, output)
+    drive(node.guards.reports(reports), node.clock)
+    return _as_command(update)
+
+
+async def acall_step(
+    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Awaitable[Any]]
+) -> Command[Any]:
+    """Async `call_step`."""
+    batch, state = _one(node, request)
+    if batch is None:
+        return Command(update={})
+    output: Any = {}
+    if batch.runnable:
+        routed = _routed(node, request, batch)
+        ledger = await node.ledgers.aresolve(request.runtime.config)
+        with in_step(batch, ledger):
+            output = _as_output(node, await node._awrap(routed, _araising(execute)))
+    update, reports = finish_step(node.settings, state, batch, output)
+    await adrive(node.guards.reports(reports), node.clock)
+    return _as_command(update)
+
+
+def _raising(execute: Callable[..., Any]) -> Callable[..., Any]:
+    """`execute` that raises the `ToolInvocationError` which `create_agent`'s ToolNode
+    turns into an error message (its default ``handle_tool_errors``), so rejected
+    arguments are coerced and classified as under `GuardedToolNode`."""
+
+    def run(request: ToolCallRequest) -> Any:
+        return _rejected(request, execute(request))
+
+    return run
+
+
+def _araising(execute: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Async `_raising`."""
+
+    async def run(request: ToolCallRequest) -> Any:
+        return _rejected(request, await execute(request))
+
+    return run
+
+
+def _rejected(request: ToolCallRequest, result: Any) -> Any:
+    """Raise for an error answer whose arguments the tool's schema rejects; else pass
+    `result` on. Only error answers are checked: a clean call pays nothing."""
+    if not (isinstance(result, ToolMessage) and result.status == "error") or result.artifact:
+        return result
+    schema = getattr(request.tool, "tool_call_schema", None)
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return result
+    call = request.tool_call
+    try:
+        schema.model_validate(call["args"])
+    except ValidationError as exc:
+        raise ToolInvocationError(call["name"], exc, call["args"]) from exc
+    return result
+
+
+def _one(node: GuardedToolNode, request: ToolCallRequest) -> tuple[Batch | None, Any]:
+    if request.tool is not None:
+        node.learn([request.tool])
+    state = request.state
+    batch = plan_batch(node.settings, state)
+    if batch is None:
+        return None, state
+    batch = batch.only(request.tool_call["id"] or "")
+    return (batch if batch.runnable or batch.preflight else None), state
+
+
+def _routed(node: GuardedToolNode, request: ToolCallRequest, batch: Batch) -> ToolCallRequest:
+    """The request for the call in force: a retry's repaired or edited arguments, or the
+    fallback that now serves it."""
+    call = batch.runnable[0]
+    tool = node.tools_by_name.get(call["name"], request.tool)
+    if call == request.tool_call and tool is request.tool:
+        return request
+    return request.override(tool_call=call, tool=tool) if tool else request
+
+
+def _as_output(node: GuardedToolNode, answer: Answer) -> Any:
+    return [answer] if isinstance(answer, Command) else {node.messages_key: [answer]}
+
+
+def _as_command(update: Any) -> Command[Any]:
+    """The step's update as one `Command`; a tool's own `Command` (which answered the
+    call itself) keeps its update and goto, with the ledger delta added."""
+    if not isinstance(update, list):
+        return Command(update=update)
+    *theirs, ours = update
+    merged: dict[str, Any] = {}
+    goto: Any = ()
+    for command in theirs:
+        if isinstance(command.update, Mapping):
+            for key, value in command.update.items():
+                merged[key] = [*merged.get(key, []), *value] if key in ours else value
+        goto = command.goto or goto
+    for key, value in ours.items():
+        merged[key] = [*merged.get(key, []), *value] if isinstance(value, list) else value
+    return Command(update=merged, goto=goto)
