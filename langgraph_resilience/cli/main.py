@@ -152,7 +152,7 @@ def _add_bench(sub: Subparsers) -> None:
         "--out",
         help="directory for the JSON report and the chart (default: ./chaos-bench-DATE)",
     )
-    bench.set_defaults(handler="commands:cmd_bench", json=False)
+    bench.set_defaults(handler="commands:cmd_bench", json=False, jsonl=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,7 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir",
         help="directory of the SQLite file (default: $XDG_STATE_HOME/langgraph-resilience)",
     )
-    common.add_argument("--json", action="store_true", help="machine-readable JSON output")
+    form = common.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    form.add_argument(
+        "--jsonl", action="store_true", help="JSON Lines on stdout, one record as it happens"
+    )
     parser = _Parser(
         prog="langgraph-resilience",
         description="Classification-driven recovery for LangGraph agents: see it work.",
@@ -218,8 +222,9 @@ def _dispatch(args: argparse.Namespace, stdout: TextIO | None, err: TextIO) -> i
     module, _, name = str(args.handler).partition(":")
     try:
         handler = getattr(importlib.import_module(f"langgraph_resilience.cli.{module}"), name)
-        out = Output(json_mode=args.json, file=stdout)
+        out = Output(json_mode=args.json, lines=getattr(args, "jsonl", False), file=stdout)
         code: int = handler(args, out)
+        out.flush()
     except (UsageError, PersistenceError, ThreadBusyError, ThreadNotFoundError) as exc:
         print(f"langgraph-resilience: error: {one_line(exc)}", file=err)
         return EXIT_USAGE

@@ -131,12 +131,17 @@ NODE_WIDTH = len("answer_pending")
 
 
 class Output:
-    """Text (rich; plain when not a terminal) or JSON lines on `file` (stdout)."""
+    """Text (rich; plain when not a terminal), one JSON document (``--json``), or a
+    stream of JSON lines (``--jsonl``) on `file` (stdout)."""
 
-    def __init__(self, *, json_mode: bool, file: TextIO | None = None) -> None:
-        self.json = json_mode
+    def __init__(self, *, json_mode: bool, file: TextIO | None = None, lines: bool = False) -> None:
+        self.json = json_mode or lines
+        """Machine-readable output (either form): the text is not printed."""
+        self.lines = lines
+        """JSON Lines: each record as it happens (for a pipe that reads as it goes)."""
         self.file = file if file is not None else sys.stdout
         self.console = Console(file=self.file, highlight=False, soft_wrap=False)
+        self._records: list[dict[str, Any]] = []
 
     def line(self, text: str = "") -> None:
         """Prose, wrapped to the terminal on word boundaries."""
@@ -150,9 +155,15 @@ class Output:
             self.console.print(text, soft_wrap=True)
 
     def record(self, kind: str, fields: Mapping[str, Any] | None = None, /, **more: Any) -> None:
-        """One JSON line (in JSON mode): ``{"kind": kind, **fields, **more}``."""
-        if self.json:
-            self.document({**(fields or {}), **more, "kind": kind})
+        """``{"kind": kind, **fields, **more}``: a line now (``--jsonl``), or one of the
+        ``records`` of the document written at the end (``--json``)."""
+        if not self.json:
+            return
+        value = {**(fields or {}), **more, "kind": kind}
+        if self.lines:
+            self.document(value)
+        else:
+            self._records.append(value)
 
     def document(self, value: Any) -> None:
         """One JSON document on its own line, flushed (for pipes)."""
@@ -175,4 +186,8 @@ class Output:
         self.step("", "", [text])
 
     def flush(self) -> None:
+        """Write what is due (``--json``: the document of the records so far, once)."""
+        if self._records:
+            records, self._records = self._records, []
+            self.document({"records": records})
         self.file.flush()

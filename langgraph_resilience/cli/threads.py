@@ -133,6 +133,10 @@ def cmd_threads(args: argparse.Namespace, out: Output) -> int:
             _thread_row(s, args, thread_id)
             for thread_id in list_threads(s.persistence.checkpointer, limit=args.limit)
         ]
+        if out.lines:
+            for item in found:
+                out.document({"target": s.persistence.target, **item})
+            return 0
         if out.json:
             out.document({"target": s.persistence.target, "threads": found})
             return 0

@@ -76,13 +76,15 @@ def sqlite_dir(state: pathlib.Path) -> str:
     return str(state / "langgraph-resilience")
 
 
-def json_lines(result: Result) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in result.stdout.splitlines()]
+def records_of(result: Result) -> list[dict[str, Any]]:
+    """The records of a ``--json`` run: its stdout is one JSON document."""
+    records: list[dict[str, Any]] = json.loads(result.stdout)["records"]
+    return records
 
 
 def summary_of(result: Result) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
-    summary = json_lines(result)[-1]
+    summary = records_of(result)[-1]
     assert summary["kind"] == "summary"
     return summary
 
@@ -245,7 +247,7 @@ def test_demo_recovers_or_escalates_every_failure_class(scenarios: Futures) -> N
     assert all(c["ok"] for c in summary["calls"] if c["call_id"] != "call_credit")
     assert [(e["kind"], e["executions"]) for e in summary["effects"]] == [("refund", 1)]
     assert summary["exactly_once"] is True
-    lines = json_lines(result)
+    lines = records_of(result)
     assert any(line.get("resilience") == "breaker" and line["to_state"] == "open" for line in lines)
     [answer] = [line for line in lines if line["kind"] == "answer"]
     assert answer["answer"]["action"] == "skip"
@@ -354,6 +356,7 @@ BAD_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "--edit not an object": (("resume", "t", "--edit", "[10]"), ("JSON object",)),
     "bad --crash-at": (("demo", "--crash-at", "lunch"), ("not a crash point",)),
     "two answers": (("resume", "t", "--approve", "--skip"), ("not allowed with",)),
+    "two output forms": (("threads", "--json", "--jsonl"), ("not allowed with",)),
     "unusable state dir": (("threads", "--state-dir", "/proc/no/such"), ("SQLite state file",)),
 }
 
@@ -432,3 +435,25 @@ def test_the_agents_answer_says_what_the_human_decided(
     answer = " ".join(result.stdout.split())  # the answer wraps at the terminal width
     assert says in answer
     assert "will look at a goodwill credit" not in answer
+
+
+def test_json_is_one_document_and_jsonl_the_same_records_as_they_happen(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``--json`` prints one JSON document (``{"records": [...]}``), ``--jsonl`` the same
+    records one per line; ``threads`` likewise (a document, or a line per thread)."""
+    where = ("--state-dir", str(tmp_path))
+    document = run_here("demo", "--thread-id", "t-doc", *where, "--json")
+    streamed = run_here("demo", "--thread-id", "t-lines", *where, "--jsonl")
+    assert document.returncode == streamed.returncode == 0, document.stderr + streamed.stderr
+
+    records = json.loads(document.stdout)["records"]  # the whole stdout parses at once
+    lines = [json.loads(line) for line in streamed.stdout.splitlines()]
+    assert [r["kind"] for r in records] == [r["kind"] for r in lines]
+    assert records[-1]["kind"] == "summary"
+
+    listed = json.loads(run_here("threads", *where, "--json").stdout)["threads"]
+    rows = [json.loads(line) for line in run_here("threads", *where, "--jsonl").stdout.splitlines()]
+    assert (
+        [r["thread_id"] for r in rows] == [t["thread_id"] for t in listed] == ["t-lines", "t-doc"]
+    )
