@@ -160,6 +160,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             breaker=model_breaker if model_fallbacks else None,
             store=store,
             clock=self.engine.clock,
+            rng=self.engine.settings.rng,
             fallback_on=model_fallback_on,
         )
         self._pending = AnswerPendingNode()
@@ -305,6 +306,7 @@ class _ModelChains:
         breaker: BreakerConfig | None,
         store: BreakerStore,
         clock: Clock,
+        rng: random.Random,
         fallback_on: Sequence[FailureClass],
     ) -> None:
         self.fallbacks = fallbacks
@@ -313,6 +315,7 @@ class _ModelChains:
             "breaker": breaker,
             "store": store,
             "clock": clock,
+            "rng": rng,
             "fallback_on": fallback_on,
         }
         self._chains: dict[int, tuple[Any, ResilientChatModel]] = {}
