@@ -81,7 +81,9 @@ def _repair_outcome(event: Event, record: Record, _answers: Mapping[str, ToolMes
         if before.get(k) != v
     )
     what = f" ({escape(diff)})" if diff else ""
-    return f"✎ repair model re-issued {event.get('tool')}: {event['outcome']}{what}, 1 LLM call"
+    if event["outcome"] == "reissued":
+        return f"✎ repair model re-issued {event.get('tool')}{what}, 1 LLM call"
+    return f"✎ repair of {event.get('tool')}: {event['outcome']}{what}, 1 LLM call"
 
 
 def _plan_verdict(event: Event) -> str:

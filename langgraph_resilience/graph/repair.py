@@ -65,7 +65,7 @@ REPAIR_SYSTEM_PROMPT = (
     "did not provide."
 )
 
-RepairOutcome = Literal["repaired", "identical", "no_tool_call", "model_error", "no_budget"]
+RepairOutcome = Literal["reissued", "identical", "no_tool_call", "model_error", "no_budget"]
 
 _CONTEXT_MESSAGES = 3
 
@@ -212,7 +212,7 @@ class RepairNode(ResilienceNode):
                     repairs=record.get("repairs", 0),
                 )
             )
-            if outcome == "repaired" and new_args is not None:
+            if outcome == "reissued" and new_args is not None:
                 self._rerun(request, record, new_args, error)
             else:
                 exhausted = self._exhausted(record, llm_calls, state)
@@ -281,7 +281,7 @@ class RepairNode(ResilienceNode):
             call_key(request.tool.name, entry["args"], noise_fields=noise)
             for entry in record.get("trail") or []
         }
-        return "identical" if new_key in failed else "repaired"
+        return "identical" if new_key in failed else "reissued"
 
     def _exhausted(self, record: CallRecord, llm_calls: int, state: Any) -> ExhaustionReason | None:
         if record.get("repairs", 0) >= self.policy.max_repair:
