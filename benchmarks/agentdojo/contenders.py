@@ -1,4 +1,4 @@
-"""The four ways to build the agent, each as its own documentation tells a user to.
+"""The five ways to build the agent, each as its own documentation tells a user to.
 
 Why this module exists: the evaluation compares frameworks, so each contender must
 be built the way its users build it, and nothing more. All get the same replay
@@ -21,6 +21,10 @@ model, the same tools (over their own `Sandbox`) and an ``InMemorySaver``:
   ToolProfile(side_effect=True)}, clock=FakeClock())`` (one clock per conversation) with the suite's
   `SIDE_EFFECTS`; no ``status_check`` (nothing can tell whether a lost send went
   through).
+- ``middleware``: ours for ``create_agent`` users, as the README shows:
+  ``create_agent(model, tools, middleware=[ResilienceMiddleware(policy=...,
+  profiles=..., clock=...)], checkpointer=InMemorySaver())``, with the same policy
+  and profiles as ``resilient``.
 
 Nobody sleeps for real: LangGraph's and LangChain's delays are 0, and ours run on
 a `FakeClock` (Retry-After included).
@@ -39,7 +43,13 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import RetryPolicy
 
-from langgraph_resilience import ResiliencePolicy, ResilienceState, ToolProfile, add_resilience
+from langgraph_resilience import (
+    ResilienceMiddleware,
+    ResiliencePolicy,
+    ResilienceState,
+    ToolProfile,
+    add_resilience,
+)
 from langgraph_resilience.testing import FakeClock
 
 Builder = Callable[[BaseChatModel, Sequence[BaseTool], frozenset[str], FakeClock], Any]
@@ -115,9 +125,23 @@ def build_resilient(
     return builder.compile(checkpointer=InMemorySaver())
 
 
+def build_middleware(
+    model: BaseChatModel, tools: Sequence[BaseTool], side_effects: frozenset[str], clock: FakeClock
+) -> Any:
+    from langchain.agents import create_agent  # noqa: PLC0415 - heavy, only when chosen
+
+    middleware = ResilienceMiddleware(
+        policy=ResiliencePolicy(max_attempts=3),
+        profiles={t.name: ToolProfile(side_effect=True) for t in tools if t.name in side_effects},
+        clock=clock,
+    )
+    return create_agent(model, list(tools), middleware=[middleware], checkpointer=InMemorySaver())
+
+
 CONTENDERS: Mapping[str, Builder] = {
     "toolnode": build_toolnode,
     "toolnode_retry": build_toolnode_retry,
     "create_agent": build_create_agent,
     "resilient": build_resilient,
+    "middleware": build_middleware,
 }

@@ -11,6 +11,7 @@ audit`` calls a tool a 403 refuses in the ``start`` process (POLICY: escalated).
 ``--flaky`` the lookup tool fails with 503 on every attempt, each recorded in the
 ``attempts`` table, and hangs on its ``--hang-on``-th attempt of this process.
 Prints JSON: the last message, the pending interrupts and the ledger's attempts.
+Runs use ``durability="sync"``, as the README asks of graphs with side effects.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def main() -> None:
             saver = PostgresSaver(pool)
             saver.setup()
             app = build(args.dsn, saver, **options)
-            app.invoke(inp, config)
+            app.invoke(inp, config, durability="sync")
             result = summary(app.get_state(config))
     else:
 
@@ -155,7 +156,7 @@ def main() -> None:
                 saver = AsyncPostgresSaver(pool)
                 await saver.setup()
                 app = build(args.dsn, saver, **options)
-                await app.ainvoke(inp, config)
+                await app.ainvoke(inp, config, durability="sync")
                 return summary(await app.aget_state(config))
             finally:
                 await pool.close()

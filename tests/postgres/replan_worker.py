@@ -124,12 +124,15 @@ def main() -> None:
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
     with psycopg.Connection.connect(args.dsn, **kwargs) as conn:
         app = builder.compile(checkpointer=PostgresSaver(conn))
+        # durability="sync", as the README asks of graphs that must not redo a step:
+        # with the default ("async") a step's checkpoint is written while the next step
+        # runs, and a SIGKILL under load can land before it does
         if args.phase == "start":
-            app.invoke({"messages": [("user", "weather in Oslo?")]}, config)
+            app.invoke({"messages": [("user", "weather in Oslo?")]}, config, durability="sync")
         elif args.answer:
-            app.invoke(Command(resume=json.loads(args.answer)), config)
+            app.invoke(Command(resume=json.loads(args.answer)), config, durability="sync")
         else:
-            app.invoke(None, config)
+            app.invoke(None, config, durability="sync")
         state = app.get_state(config)
     json.dump(
         {
