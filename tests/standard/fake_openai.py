@@ -7,6 +7,8 @@ when tools are offered and the user has not been answered yet (arguments built
 from the tool's JSON schema, numbers taken from the prompt), an object matching
 the schema for structured output, text otherwise (cut at a stop sequence);
 streaming is Server-Sent Events, chunk by word, with usage when asked for.
+`fail_next` makes the next request fail with a real HTTP error (a 429 with
+Retry-After, a 401, a 503), which the client raises as its own exception types.
 """
 
 from __future__ import annotations
@@ -202,6 +204,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self.send_error(404, "only /v1/chat/completions")
             return
+        faults = self.server.faults  # type: ignore[attr-defined]
+        if faults:
+            status, headers = faults.pop(0)
+            error = json.dumps({"error": {"message": f"fake {status}", "type": "fake"}}).encode()
+            self.send_response(status)
+            for name, value in {"Content-Type": "application/json", **headers}.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(error)))
+            self.end_headers()
+            self.wfile.write(error)
+            return
         reply = _reply(body)
         if body.get("stream"):
             self.send_response(200)
@@ -226,6 +239,7 @@ class FakeOpenAI:
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.requests = []  # type: ignore[attr-defined]
+        self._server.faults = []  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
@@ -237,6 +251,10 @@ class FakeOpenAI:
     def requests(self) -> list[dict[str, Any]]:
         """Every request body received, in order."""
         return self._server.requests  # type: ignore[attr-defined, no-any-return]
+
+    def fail_next(self, status: int, headers: dict[str, str] | None = None) -> None:
+        """Answer the next request with an HTTP error (e.g. 429 with Retry-After)."""
+        self._server.faults.append((status, dict(headers or {})))  # type: ignore[attr-defined]
 
     def __enter__(self) -> FakeOpenAI:
         self._thread.start()
