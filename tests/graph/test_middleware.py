@@ -274,6 +274,45 @@ def test_an_escalation_interrupts_and_resumes_with_command(runner: Runner) -> No
     _every_call_answered_before_the_model(model)
 
 
+def test_an_escalation_answered_with_edit_runs_the_edited_call(runner: Runner) -> None:
+    seen: list[str] = []
+
+    @tool
+    def audit(order_id: str) -> str:
+        """Audit an order."""
+        seen.append(order_id)
+        if order_id != "A2":
+            raise FakeHTTPError(403)
+        return f"audited {order_id}"
+
+    agent, model, _ = _agent(
+        [audit], [tool_calls(("audit", {"order_id": "A1"})), text("audited")], escalate=True
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("audit A1")]}, config)
+    result = runner.invoke(
+        agent, Command(resume={"action": "edit", "args": {"order_id": "A2"}}), config
+    )
+    assert seen == ["A1", "A2"]
+    assert _answers(result)[0].content == "audited A2"
+    _every_call_answered_before_the_model(model)
+
+
+def test_an_escalation_answered_with_abort_ends_the_task(runner: Runner) -> None:
+    faulty = FaultyTool(lookup, [Fault.status(403)])
+    agent, model, _ = _agent(
+        [faulty], [tool_calls(("lookup", {"order_id": "A1"})), text("never")], escalate=True
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, config)
+    result = runner.invoke(agent, Command(resume={"action": "abort", "note": "stop"}), config)
+    [answer] = _answers(result)
+    assert answer.status == "error"
+    assert model.calls == 1  # the task ended: the model was not asked again
+    assert faulty.calls == 1
+    assert not agent.get_state(config).next
+
+
 def test_new_input_instead_of_an_answer_closes_the_escalation(runner: Runner) -> None:
     faulty = FaultyTool(lookup, [Fault.status(403)])
     agent, model, _ = _agent(
