@@ -65,7 +65,7 @@ from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
 from langgraph_resilience.core.clock import Clock
 from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
-from langgraph_resilience.core.flow import adrive, drive
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError, FailureClass
@@ -196,33 +196,27 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
     ) -> dict[str, Any] | None:
         """Recover the turn's waiting calls before the model is asked again; on new
         input, answer the calls a stopped run left."""
-        if _new_input(state):
-            return self._pending.step(state) or None
-        view: dict[str, Any] = dict(state)
-        config = get_config()
-        for _ in range(_RECOVERY_ROUNDS):
-            node = self._next_node(view)
-            if not isinstance(node, ResilienceNode):
-                return _update(state, view, node)
-            view = _applied(view, node.run(view, config))
-            if isinstance(node, RetryNode):  # as add_resilience's edge: retry -> tools
-                return _update(state, view, "tools")
-        return _update(state, view, "tools")
+        return drive(self._recover(state, get_config()), self.engine.clock)
 
     @hook_config(can_jump_to=["tools", "end"])
     async def abefore_model(
         self, state: ResilienceAgentState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """Async `before_model`."""
+        """Async `before_model` (the nodes' async bodies)."""
+        return await adrive(self._recover(state, get_config()), self.engine.clock)
+
+    def _recover(self, state: ResilienceAgentState, config: Any) -> Flow[dict[str, Any] | None]:
+        """The hook as one `core.flow` flow: each recovery node the router picks runs
+        (``run`` or ``arun``) on the state as the previous one left it, until the model
+        may go on or the tools must run again."""
         if _new_input(state):
             return self._pending.step(state) or None
         view: dict[str, Any] = dict(state)
-        config = get_config()
         for _ in range(_RECOVERY_ROUNDS):
             node = self._next_node(view)
             if not isinstance(node, ResilienceNode):
                 return _update(state, view, node)
-            view = _applied(view, await node.arun(view, config))
+            view = _applied(view, (yield Call(node.run, node.arun, (view, config))))
             if isinstance(node, RetryNode):  # as add_resilience's edge: retry -> tools
                 return _update(state, view, "tools")
         return _update(state, view, "tools")
