@@ -4,21 +4,17 @@ from another process (sync and async)."""
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
 import signal
 import subprocess
-import sys
-import time
 import uuid
-from typing import Any
 
 import psycopg
 import pytest
 
+from tests.postgres.processes import finish, spawn, wait_for_marker
+
 WORKER = pathlib.Path(__file__).with_name("agent_worker.py")
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -35,32 +31,10 @@ def _count(dsn: str, table: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _spawn(*args: str, killed: bool = False) -> subprocess.Popen[str]:
-    stream = subprocess.DEVNULL if killed else subprocess.PIPE
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=stream,
-        stderr=stream,
-        text=True,
-    )
-
-
 def _kill_at_marker(marker: pathlib.Path, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 90
-    while not marker.exists():
-        assert process.poll() is None, "the worker exited before the kill point"
-        assert time.monotonic() < deadline, "the worker never reached the kill point"
-        time.sleep(0.05)  # polling a real subprocess, not standing in for a clock
+    wait_for_marker(marker, process)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
-
-
-def _finish(process: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err
-    result: dict[str, Any] = json.loads(out)
-    return result
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -72,10 +46,10 @@ def test_sigkill_around_a_refund_then_resume_refunds_once(
     marker = tmp_path / "marker"
     common = ["--dsn", pg_dsn, "--thread", uuid.uuid4().hex, "--marker", str(marker)]
     common += ["--mode", mode]
-    _kill_at_marker(marker, _spawn("start", *common, "--kill-at", kill_at, killed=True))
+    _kill_at_marker(marker, spawn(WORKER, "start", *common, "--kill-at", kill_at, killed=True))
     assert _count(pg_dsn, "refunds") == (0 if kill_at == "before" else 1)
 
-    result = _finish(_spawn("resume", *common))
+    result = finish(spawn(WORKER, "resume", *common))
 
     assert result["last"] == "done"
     assert _count(pg_dsn, "refunds") == 1
@@ -92,11 +66,11 @@ def test_attempts_spent_before_a_crash_count_after_the_resume(
     common = ["--dsn", pg_dsn, "--thread", uuid.uuid4().hex, "--marker", str(marker)]
     common += ["--mode", mode, "--ask", "lookup"]
     _kill_at_marker(
-        marker, _spawn("start", *common, "--kill-at", "none", "--hang-on", "2", killed=True)
+        marker, spawn(WORKER, "start", *common, "--kill-at", "none", "--hang-on", "2", killed=True)
     )
     assert _count(pg_dsn, "attempts") == 2
 
-    result = _finish(_spawn("resume", *common))
+    result = finish(spawn(WORKER, "resume", *common))
 
     assert _count(pg_dsn, "attempts") == 4  # the killed attempt is made again, once
     assert result["attempts"] == [3]
@@ -110,10 +84,10 @@ def test_an_escalation_is_answered_from_another_process(
     _prepare(pg_dsn)
     common = ["--dsn", pg_dsn, "--thread", uuid.uuid4().hex, "--marker", str(tmp_path / "m")]
     common += ["--mode", mode, "--ask", "audit"]
-    asked = _finish(_spawn("start", *common, "--kill-at", "none"))
+    asked = finish(spawn(WORKER, "start", *common, "--kill-at", "none"))
     assert asked["interrupts"] == 1
 
-    answered = _finish(_spawn("answer", *common, "--action", "retry"))
+    answered = finish(spawn(WORKER, "answer", *common, "--action", "retry"))
 
     assert answered["interrupts"] == 0
     assert answered["last"] == "done"

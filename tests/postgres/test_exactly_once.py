@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import concurrent.futures
-import json
-import os
 import pathlib
 import signal
-import subprocess
-import sys
-import time
 import uuid
-from typing import Any
 
 import psycopg
 import pytest
@@ -30,9 +24,9 @@ from langgraph_resilience import (
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, ScriptedChatModel, text
 from langgraph_resilience.testing import tool_calls as calls
 from tests.conftest import State
+from tests.postgres.processes import finish, spawn, wait_for_marker
 
 WORKER = pathlib.Path(__file__).with_name("effect_worker.py")
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -47,33 +41,6 @@ def _payments(dsn: str) -> list[tuple[str, int]]:
         return [(k, a) for k, a in conn.execute("SELECT key, amount FROM payments").fetchall()]
 
 
-def _spawn(*args: str, killed: bool = False) -> subprocess.Popen[str]:
-    """Start a worker; one that will be killed gets no pipes, so none is left unclosed."""
-    stream = subprocess.DEVNULL if killed else subprocess.PIPE
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=stream,
-        stderr=stream,
-        text=True,
-    )
-
-
-def _wait_for(marker: pathlib.Path, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 90
-    while not marker.exists():
-        assert process.poll() is None, "the worker exited before the kill point"
-        assert time.monotonic() < deadline, "the worker never reached the kill point"
-        time.sleep(0.05)  # polling a real subprocess, not standing in for a clock
-
-
-def _finish(process: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err
-    result: dict[str, Any] = json.loads(out)
-    return result
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("kill_at", ["before", "after", "completed"])
 def test_sigkill_anywhere_leaves_exactly_one_payment(
@@ -84,14 +51,14 @@ def test_sigkill_anywhere_leaves_exactly_one_payment(
     _prepare(pg_dsn)
     thread, marker = uuid.uuid4().hex, tmp_path / "marker"
     common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(marker), "--mode", mode]
-    first = _spawn("start", *common, "--kill-at", kill_at, killed=True)
-    _wait_for(marker, first)
+    first = spawn(WORKER, "start", *common, "--kill-at", kill_at, killed=True)
+    wait_for_marker(marker, first)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     expected_before = 0 if kill_at == "before" else 1
     assert len(_payments(pg_dsn)) == expected_before
 
-    result = _finish(_spawn("resume", *common))
+    result = finish(spawn(WORKER, "resume", *common))
 
     assert result == {"next": [], "last": "paid"}
     [(key, amount)] = _payments(pg_dsn)
@@ -111,12 +78,12 @@ def test_the_ledger_follows_a_durable_checkpointer_without_extra_wiring(
     thread, marker = uuid.uuid4().hex, tmp_path / "marker"
     common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(marker), "--mode", mode]
     common += ["--wiring", wiring]
-    first = _spawn("start", *common, "--kill-at", "after", killed=True)
-    _wait_for(marker, first)
+    first = spawn(WORKER, "start", *common, "--kill-at", "after", killed=True)
+    wait_for_marker(marker, first)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
 
-    result = _finish(_spawn("resume", *common))
+    result = finish(spawn(WORKER, "resume", *common))
 
     assert result == {"next": [], "last": "paid"}
     assert len(_payments(pg_dsn)) == 1
@@ -131,23 +98,24 @@ def test_two_runners_on_one_thread_one_gets_thread_busy(
     """Two processes resume the same thread at once: one runs, the other is refused."""
     _prepare(pg_dsn)
     thread, crash = uuid.uuid4().hex, tmp_path / "crash"
-    start = _spawn(
+    start = spawn(
+        WORKER,
         *["start", "--dsn", pg_dsn, "--thread", thread, "--marker", str(crash)],
         *["--kill-at", "before"],
         killed=True,
     )
-    _wait_for(crash, start)
+    wait_for_marker(crash, start)
     start.send_signal(signal.SIGKILL)
     start.wait(timeout=30)
 
     running = tmp_path / "running"
     common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(running)]
-    a = _spawn("resume", *common, "--slow")
-    _wait_for(running, a)
-    b = _finish(_spawn("resume", *common))
+    a = spawn(WORKER, "resume", *common, "--slow")
+    wait_for_marker(running, a)
+    b = finish(spawn(WORKER, "resume", *common))
 
     assert b == {"busy": True}
-    assert _finish(a) == {"next": [], "last": "paid"}
+    assert finish(a) == {"next": [], "last": "paid"}
     assert len(_payments(pg_dsn)) == 1
 
 
@@ -162,12 +130,12 @@ def test_a_resume_waits_for_an_attempt_still_in_flight_in_another_process(
     thread, running = uuid.uuid4().hex, tmp_path / "running"
     common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(running), "--mode", mode]
     common += ["--timeout", "20"]
-    a = _spawn("start", *common, "--kill-at", "none", "--slow", "10")
-    _wait_for(running, a)
-    b = _finish(_spawn("resume", *common))
+    a = spawn(WORKER, "start", *common, "--kill-at", "none", "--slow", "10")
+    wait_for_marker(running, a)
+    b = finish(spawn(WORKER, "resume", *common))
 
     assert b == {"next": [], "last": "paid"}
-    assert _finish(a) == {"next": [], "last": "paid"}
+    assert finish(a) == {"next": [], "last": "paid"}
     assert len(_payments(pg_dsn)) == 1
 
 

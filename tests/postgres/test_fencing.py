@@ -3,11 +3,7 @@ second runner that takes the lock is the only one that goes on (no fork, no doub
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
-import sys
 import time
 import uuid
 from typing import Any
@@ -18,9 +14,9 @@ import pytest
 from langgraph_resilience import ThreadLockLostError, open_postgres, thread_lock
 from langgraph_resilience.stores.fencing import check_fence
 from langgraph_resilience.stores.persistence import LOCK_APPLICATION_NAME
+from tests.postgres.processes import finish, spawn
 
 WORKER = pathlib.Path(__file__).with_name("fence_worker.py")
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -48,28 +44,12 @@ def test_a_lost_lock_is_noticed_at_the_next_fence(pg_dsn: str) -> None:
             p.checkpointer.put_writes(config, [("x", 1)], "task")
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _result(process: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 0, err
-    return dict(json.loads(out))
-
-
 def run_scenario(dsn: str, tmp: pathlib.Path, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A blocks in its lookup under the lock; its lock session is killed; B resumes the
     thread and finishes it; then A is released. Returns (A's result, B's result)."""
     thread, release = uuid.uuid4().hex, tmp / f"release-{uuid.uuid4().hex}"
     common = ["--dsn", dsn, "--thread", thread, "--mode", mode]
-    first = _spawn("start", *common, "--block", str(release))
+    first = spawn(WORKER, "start", *common, "--block", str(release))
     blocked = release.with_suffix(".blocked")
     deadline = time.monotonic() + 60
     while not blocked.exists():
@@ -77,9 +57,9 @@ def run_scenario(dsn: str, tmp: pathlib.Path, mode: str) -> tuple[dict[str, Any]
         assert time.monotonic() < deadline, "the first runner never reached its lookup"
         time.sleep(0.02)  # polling another process's marker file
     assert kill_lock_sessions(dsn) == 1
-    second = _result(_spawn("resume", *common))
+    second = finish(spawn(WORKER, "resume", *common))
     release.write_text("go")
-    return _result(first), second
+    return finish(first), second
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
