@@ -10,6 +10,7 @@ call's answer, or none while it waits for a recovery (its ledger record says whi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -18,7 +19,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
-from langgraph_resilience.core.flow import adrive, drive
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.graph.tool_batch import Batch, plan_batch
 from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.graph.tools import GuardedToolNode, in_step
@@ -34,35 +35,36 @@ def call_step(
     """One tool call as a whole tools step (how `create_agent` runs each call, as its own
     task): the same planning, interception and settling as the node, for this call
     only. The update carries the call's answer, or none while it waits for a recovery."""
-    batch, state = _one(node, request)
-    if batch is None:
-        return Command(update={})
-    output: Any = {}
-    if batch.runnable:
-        routed = _routed(node, request, batch)
-        ledger = node.ledgers.resolve(request.runtime.config)
-        with in_step(batch, ledger):
-            output = _as_output(node, node._wrap(routed, _raising(execute)))
-    update, reports = finish_step(node.settings, state, batch, output)
-    drive(node.guards.reports(reports), node.clock)
-    return _as_command(update)
+    return drive(_step(node, request, execute), node.clock)
 
 
 async def acall_step(
     node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Awaitable[Any]]
 ) -> Command[Any]:
     """Async `call_step`."""
+    return await adrive(_step(node, request, execute), node.clock)
+
+
+def _step(
+    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any]
+) -> Flow[Command[Any]]:
+    """The step as one `core.flow` flow; `execute` is the handler of the driver's kind."""
     batch, state = _one(node, request)
     if batch is None:
         return Command(update={})
     output: Any = {}
     if batch.runnable:
         routed = _routed(node, request, batch)
-        ledger = await node.ledgers.aresolve(request.runtime.config)
+        ledgers = node.ledgers
+        ledger = yield Call(ledgers.resolve, ledgers.aresolve, (request.runtime.config,))
         with in_step(batch, ledger):
-            output = _as_output(node, await node._awrap(routed, _araising(execute)))
+            answer = yield Call(
+                functools.partial(node._wrap, routed, _raising(execute)),
+                functools.partial(node._awrap, routed, _araising(execute)),
+            )
+        output = _as_output(node, answer)
     update, reports = finish_step(node.settings, state, batch, output)
-    await adrive(node.guards.reports(reports), node.clock)
+    yield from node.guards.reports(reports)
     return _as_command(update)
 
 
