@@ -477,7 +477,8 @@ class GuardedToolNode(ResilienceNode):
             return {}
         output: Any = {}
         if batch.runnable:
-            output = self._in_step(batch, self._ledgers.resolve(config), state, config)
+            with in_step(batch, self._ledgers.resolve(config)):
+                output = self._tool_node.invoke(step_input(self.settings, state, batch), config)
         update, reports = finish_step(self.settings, state, batch, output)
         drive(self.guards.reports(reports), self.clock)
         return update
@@ -489,28 +490,13 @@ class GuardedToolNode(ResilienceNode):
             return {}
         output: Any = {}
         if batch.runnable:
-            ledger = await self._ledgers.aresolve(config)
-            previous = _STEP.get()
-            _STEP.set(_InStep(batch, ledger))
-            try:
+            with in_step(batch, await self._ledgers.aresolve(config)):
                 output = await self._tool_node.ainvoke(
                     step_input(self.settings, state, batch), config
                 )
-            finally:  # set, not reset: a BaseException may unwind in another context
-                _STEP.set(previous)
         update, reports = finish_step(self.settings, state, batch, output)
         await adrive(self.guards.reports(reports), self.clock)
         return update
-
-    def _in_step(
-        self, batch: Batch, ledger: EffectLedger | None, state: Any, config: RunnableConfig
-    ) -> Any:
-        previous = _STEP.get()
-        _STEP.set(_InStep(batch, ledger))
-        try:
-            return self._tool_node.invoke(step_input(self.settings, state, batch), config)
-        finally:  # set, not reset: a BaseException may unwind in another context
-            _STEP.set(previous)
 
 
 class in_step:  # noqa: N801 - a context manager, used like a function
