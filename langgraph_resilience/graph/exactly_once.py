@@ -51,6 +51,7 @@ __all__ = [
     "effect_context",
     "exactly_once",
     "outcome_of",
+    "replayed",
 ]
 
 Answer = ToolMessage | Command[Any]
@@ -188,7 +189,7 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
     can_check = effect.profile.status_check is not None
     action = claim_action(claim, can_check_status=can_check)
     if action == "replay":
-        return _replayed(call, claim.record.result, effect.key)
+        return replayed(call, claim.record.result, effect.key)
     if action == "unknown" and effect.approved:
         action = "execute"  # nothing can be asked; a human vouched for running it
     if action == "unknown":
@@ -227,7 +228,7 @@ def _settle_answer(call: ToolCall, effect: Effect, answer: Answer, run: Run) -> 
             yield from _release(effect, effect.key)
             raise broken  # SEMANTIC: fixing the call cannot do the effect twice
         yield from _record(effect, effect.key, _jsonable(status.result))
-        return _replayed(call, status.result, effect.key, reconciled=True)
+        return replayed(call, status.result, effect.key, reconciled=True)
     yield from _record(effect, effect.key, outcome_of(answer))
     if effect.profile.compensate is not None:
         saga = effect.ledger.saga
@@ -254,11 +255,11 @@ def _reconcile_own(
     if settled == "ended":  # its late outcome may be recorded by now
         claim: Claim = yield from ledger_op(effect, "claim", _claim(call, effect))
         if claim_action(claim, can_check_status=True) == "replay":
-            return _replayed(call, claim.record.result, effect.key)
+            return replayed(call, claim.record.result, effect.key)
     status: EffectStatus = yield _status(effect, effect.key)
     if status.done:
         yield from _record(effect, effect.key, _jsonable(status.result))
-        return _replayed(call, status.result, effect.key, reconciled=True)
+        return replayed(call, status.result, effect.key, reconciled=True)
     if not effect.may_execute and not effect.approved:
         yield from _release(effect, effect.key)
         raise EffectNotDone(effect.key)
@@ -278,7 +279,7 @@ def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | Non
         )
         if told is not None and told.status == "done" and told.fingerprint == effect.fingerprint:
             yield from _record(effect, effect.key, told.result)
-            return _replayed(call, told.result, key, reconciled=True)
+            return replayed(call, told.result, key, reconciled=True)
     unresolved = Call(store.unresolved, store.aunresolved, (effect.thread_id, effect.fingerprint))
     found: Sequence[IdempotencyRecord] = yield from ledger_op(effect, "siblings", unresolved)
     for sibling in _siblings(found, effect):
@@ -303,7 +304,7 @@ def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | Non
             result = _jsonable(status.result)
             yield from _record(effect, sibling.key, result)
             yield from _record(effect, effect.key, result)
-            return _replayed(call, status.result, sibling.key, reconciled=True)
+            return replayed(call, status.result, sibling.key, reconciled=True)
         yield from _release(effect, sibling.key)
     return None
 
@@ -466,7 +467,7 @@ def outcome_of(answer: Answer) -> Any:
     return _jsonable(answer.content) if isinstance(answer, ToolMessage) else None
 
 
-def _replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False) -> ToolMessage:
+def replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False) -> ToolMessage:
     """The answer for an effect that already happened: its recorded result, not a re-run."""
     content = result if isinstance(result, str) else json.dumps(result, default=str)
     how = "reconciled" if reconciled else "replayed"

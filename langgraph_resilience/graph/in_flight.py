@@ -149,20 +149,42 @@ def run_with_timeout(
 async def arun_with_timeout(
     execute: Callable[[Any], Awaitable[Any]],
     request: Any,
-    timeout: float,
+    timeout: float | None,
     *,
     key: str | None = None,
     on_late: Callable[[Any], Awaitable[Any]] | None = None,
 ) -> Any:
     """Async `run_with_timeout`: a plain call is cancelled at the deadline; a side
-    effect (`key`) is left running, in flight, and its late result goes to `on_late`."""
+    effect (`key`) is left running, in flight, and its late result goes to `on_late`.
+
+    So is a side effect whose run is cancelled (a server's double-texting
+    ``interrupt``, a cancelled run): the effect may be on the wire, and its outcome,
+    when it lands, is recorded instead of being lost with the run.
+    """
     task = asyncio.ensure_future(execute(request))
-    done, _ = await asyncio.wait({task}, timeout=timeout)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        if key is None:
+            task.cancel()
+        else:
+            _keep_in_flight(key, task, on_late)
+        raise
     if done:
         return task.result()
+    assert timeout is not None  # asyncio.wait without a timeout returns only when done
     if key is None:
         task.cancel()
         raise AttemptAbandoned(timeout, grace=0.0)
+    _keep_in_flight(key, task, on_late)
+    raise AttemptAbandoned(timeout, grace=timeout)
+
+
+def _keep_in_flight(
+    key: str, task: asyncio.Future[Any], on_late: Callable[[Any], Awaitable[Any]] | None
+) -> None:
+    """Keep an abandoned async side effect under its key until it ends; then record
+    its outcome (`on_late`)."""
     _ASYNC[key] = task
 
     def landed(finished: asyncio.Future[Any]) -> None:
@@ -174,7 +196,6 @@ async def arun_with_timeout(
             write.add_done_callback(_KEEP.discard)
 
     task.add_done_callback(landed)
-    raise AttemptAbandoned(timeout, grace=timeout)
 
 
 Settled = Literal["none", "ended", "running"]

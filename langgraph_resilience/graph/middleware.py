@@ -163,7 +163,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             rng=self.engine.settings.rng,
             fallback_on=model_fallback_on,
         )
-        self._pending = AnswerPendingNode()
+        self._pending = AnswerPendingNode(tools=self.engine)
         self._checked: frozenset[str] = frozenset()
 
     @property
@@ -210,7 +210,8 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         (``run`` or ``arun``) on the state as the previous one left it, until the model
         may go on or the tools must run again."""
         if _new_input(state):
-            return self._pending.step(state) or None
+            pending = self._pending
+            return (yield Call(pending.run, pending.arun, (state, config))) or None
         view: dict[str, Any] = dict(state)
         for _ in range(_RECOVERY_ROUNDS):
             node = self._next_node(view)

@@ -9,32 +9,49 @@ such call with an envelope saying what happened (``cancelled`` or ``abandoned``)
 placed right after its assistant message, and settles the calls' ledger records,
 as deepagents' PatchToolCalls middleware does for its agents.
 
-The scan is a pure function (`answer_pending`); on a clean thread it writes
-nothing.
+A side effect is answered with what the idempotency ledger knows of it, never with
+a guess: a run cancelled while the effect was on the wire (double-texting with
+``interrupt``, a cancelled run) left its intent there. Recorded as done, the call is
+answered with its result; still pending, with an UNKNOWN envelope (the agent is
+told it may have happened, and an identical call it re-issues in the new task is
+reconciled, not run); not in the ledger, it never started.
+
+The scan is a pure function (`answer_pending`) over the history and what the
+ledger said (`recorded_effects` reads it); on a clean thread it writes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Overwrite
 
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.effects import IdempotencyRecord, idempotency_key
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.exactly_once import replayed
 from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,
     call_slot,
+    current_task,
     read_ledger,
     read_messages,
 )
 from langgraph_resilience.graph.tools import error_message
 
-__all__ = ["AnswerPendingNode", "answer_pending"]
+if TYPE_CHECKING:
+    from langgraph_resilience.graph.tools import GuardedToolNode
+
+__all__ = ["AnswerPendingNode", "answer_pending", "recorded_effects"]
+
+_NEVER_SLEEPS = SystemClock()
 
 _WHY = {
     "escalate": (
@@ -70,6 +87,24 @@ def _envelope(call: Mapping[str, Any], record: CallRecord | None) -> ToolError:
     )
 
 
+def _unknown(call: Mapping[str, Any], record: IdempotencyRecord) -> ToolError:
+    """The answer for a side effect the run left on the wire: it may have happened."""
+    return ToolError(
+        type="OutcomeUnknownError",
+        failure_class=FailureClass.UNKNOWN,
+        message=(
+            "the run stopped while this call was running, and a new message arrived: it "
+            "may have taken effect, and its outcome is unknown. It was not run again; "
+            "check whether it took effect before asking for it again."
+        ),
+        suggested_action="query_status",
+        retriable=False,
+        tool=str(call.get("name") or ""),
+        call_id=str(call.get("id") or ""),
+        context={"cancelled": True, "idempotency_key": record.key},
+    )
+
+
 def _answered_before_next_ai(messages: Sequence[AnyMessage], ai_index: int) -> set[str]:
     """Tool-call ids answered after the assistant message at `ai_index`, up to the next."""
     answered: set[str] = set()
@@ -81,14 +116,66 @@ def _answered_before_next_ai(messages: Sequence[AnyMessage], ai_index: int) -> s
     return answered
 
 
+def unanswered(messages: Sequence[AnyMessage]) -> list[tuple[str, ToolCall]]:
+    """Every tool call of the history without its answer, with its slot."""
+    found: list[tuple[str, ToolCall]] = []
+    for ai_index, message in enumerate(messages):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            answered = _answered_before_next_ai(messages, ai_index)
+            found += [
+                (call_slot(message, ai_index, position), call)
+                for position, call in enumerate(message.tool_calls)
+                if call.get("id") and call["id"] not in answered
+            ]
+    return found
+
+
+def recorded_effects(
+    tools: GuardedToolNode | None, messages: Sequence[AnyMessage], config: RunnableConfig
+) -> Flow[dict[str, IdempotencyRecord]]:
+    """What the run's idempotency ledger holds of the unanswered side-effecting calls,
+    by slot (the key the tools step claimed them under)."""
+    if tools is None:
+        return {}
+    effects = [
+        (slot, call)
+        for slot, call in unanswered(messages)
+        if (profile := tools.profiles.get(call["name"])) is not None and profile.side_effect
+    ]
+    if not effects:
+        return {}
+    resolver = tools.ledgers
+    ledger = yield Call(resolver.resolve, resolver.aresolve, (config,))
+    if ledger is None:
+        return {}
+    thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
+    store, noise = ledger.idempotency, tools.policy.noise_fields
+    found: dict[str, IdempotencyRecord] = {}
+    for slot, call in effects:
+        key = idempotency_key(
+            call["name"], call["args"], thread_id=thread_id, call_identity=slot, noise_fields=noise
+        )
+        record = yield Call(store.get, store.aget, (key,))
+        if record is not None:
+            found[slot] = record
+    return found
+
+
 def answer_pending(
-    messages: Sequence[AnyMessage], ledger: Ledger
-) -> tuple[list[AnyMessage], dict[str, CallRecord]] | None:
-    """The history with every unanswered tool call answered, and the settled ledger
-    records; None when every call already has its answer."""
+    messages: Sequence[AnyMessage],
+    ledger: Ledger,
+    recorded: Mapping[str, IdempotencyRecord] | None = None,
+) -> tuple[list[AnyMessage], dict[str, CallRecord], dict[str, str]] | None:
+    """The history with every unanswered tool call answered, the settled ledger
+    records and the unknown effects the agent is now told of (key -> the new task);
+    None when every call already has its answer. `recorded`: the ledger's records of
+    the unanswered side effects, by slot (`recorded_effects`)."""
     calls = ledger.get("calls") or {}
+    recorded = recorded or {}
+    task = current_task(list(messages))
     patched: list[AnyMessage] = []
     settled: dict[str, CallRecord] = {}
+    informed: dict[str, str] = {}
     index = 0
     while index < len(messages):
         message = messages[index]
@@ -112,8 +199,17 @@ def answer_pending(
             if bad.get("id") and bad["id"] not in answered
         ]
         for slot, call in pending:
-            record = calls.get(slot)
-            error = _envelope(call, record)
+            record, effect = calls.get(slot), recorded.get(slot)
+            if effect is not None and effect.status == "done":
+                patched.append(replayed(call, effect.result, effect.key))
+                if record is not None:
+                    settled[slot] = {**record, "status": "ok", "due": None}
+                continue
+            if effect is not None and effect.status == "pending":
+                error = _unknown(call, effect)
+                informed[effect.key] = task
+            else:
+                error = _envelope(call, record)
             patched.append(error_message(error))
             if record is not None:
                 settled[slot] = {**record, "status": "failed", "due": None}
@@ -127,25 +223,36 @@ def answer_pending(
             )
     if len(patched) == len(messages):
         return None
-    return patched, settled
+    return patched, settled, informed
 
 
 class AnswerPendingNode(ResilienceNode):
     """Runs at ``START``: answers the calls a stopped run left unanswered (`answer_pending`),
-    and ends a replan that was running, so the new input starts from a valid history."""
+    and ends a replan that was running, so the new input starts from a valid history.
+    With the graph's `tools` node, side effects are answered from its ledger."""
 
-    def __init__(self, *, messages_key: str = "messages") -> None:
+    def __init__(
+        self, *, messages_key: str = "messages", tools: GuardedToolNode | None = None
+    ) -> None:
         self.messages_key = messages_key
+        self.tools = tools
 
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        """Sync body (pure over the state)."""
-        return self.step(state)
+        """Sync body."""
+        return drive(self._step(state, config), _NEVER_SLEEPS)
 
     async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Async body."""
-        return self.step(state)
+        return await adrive(self._step(state, config), _NEVER_SLEEPS)
 
-    def step(self, state: Any) -> dict[str, Any]:
+    def _step(self, state: Any, config: RunnableConfig) -> Flow[dict[str, Any]]:
+        messages = read_messages(state, self.messages_key)
+        recorded = yield from recorded_effects(self.tools, messages, config)
+        return self.step(state, recorded)
+
+    def step(
+        self, state: Any, recorded: Mapping[str, IdempotencyRecord] | None = None
+    ) -> dict[str, Any]:
         """The patched history (whole: calls are answered in place) and ledger delta."""
         ledger = read_ledger(state)
         update: dict[str, Any] = {}
@@ -153,11 +260,13 @@ class AnswerPendingNode(ResilienceNode):
         plan = ledger.get("plan")
         if plan is not None and plan.get("status") == "running":
             delta["plan"] = {**plan, "status": "abandoned"}
-        found = answer_pending(read_messages(state, self.messages_key), ledger)
+        found = answer_pending(read_messages(state, self.messages_key), ledger, recorded)
         if found is not None:
-            messages, settled = found
+            messages, settled, informed = found
             update[self.messages_key] = Overwrite(messages)
             delta["calls"] = settled
+            if informed:
+                delta["informed"] = informed
             added = len(messages) - len(read_messages(state, self.messages_key))
             delta["events"] = {"call_cancelled": added}
         if delta:

@@ -171,10 +171,11 @@ class ToolGuards:
     async def atimed(
         self, call: ToolCall, request: ToolCallRequest, execute: Any, effect: Effect | None
     ) -> Any:
-        """Async `timed` (a side effect past its timeout is left to land, not cancelled)."""
+        """Async `timed` (a side effect past its timeout, or whose run is cancelled, is
+        left to land, not cancelled, and its outcome recorded)."""
         bulkhead, timeout = self.bulkheads.get(call["name"]), self.timeout_for(call["name"])
         async with bulkhead.aslot() if bulkhead is not None else _NO_SLOT:
-            if timeout is None:
+            if timeout is None and effect is None:
                 return await execute(request)
             late = None if effect is None else _alate(effect)
             return await arun_with_timeout(

@@ -270,7 +270,7 @@ def recovery_nodes(
     """The nodes to add, by role: the tools node and the recovery paths enabled."""
     policy, key, tools = tool_node.policy, tool_node.messages_key, tool_node.tools_by_name
     nodes: dict[str, ResilienceNode] = {
-        "pending": AnswerPendingNode(messages_key=key),
+        "pending": AnswerPendingNode(messages_key=key, tools=tool_node),
         "tools": tool_node,
         "retry": RetryNode(clock=tool_node.clock, messages_key=key),
     }

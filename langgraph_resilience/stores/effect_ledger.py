@@ -11,6 +11,9 @@ the graph was compiled with, or the one a server injects):
 - LangGraph's `PostgresSaver` / `AsyncPostgresSaver`: our tables in the same
   database, over the saver's own pool or connection;
 - LangGraph's `SqliteSaver`: our tables in the same file, on a connection of ours;
+- an `InMemorySaver` that persists to a file (its storage a LangGraph
+  ``PersistentDict``, as ``langgraph dev`` keeps threads in ``.langgraph_api/``
+  across restarts): our SQLite tables in a file beside it, ``lgr_ledger.sqlite``;
 - `InMemorySaver`, or no checkpointer at all: in this process, like the checkpoints;
 - anything else: the first run fails with a `ConfigurationError` saying what to
   pass. Never silently in-process next to a durable checkpointer.
@@ -18,7 +21,9 @@ the graph was compiled with, or the one a server injects):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import os
 import sqlite3
 import threading
 import weakref
@@ -26,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -46,6 +51,7 @@ from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore, SqliteSagaLog, sqlite_connect
 
 __all__ = [
+    "LEDGER_FILE",
     "EffectLedger",
     "LedgerResolver",
     "attach_ledger",
@@ -54,6 +60,10 @@ __all__ = [
 ]
 
 _NEVER_SLEEPS = SystemClock()
+
+LEDGER_FILE = "lgr_ledger.sqlite"
+"""The ledger's file beside a file-backed `InMemorySaver`'s (``.langgraph_api/`` under
+``langgraph dev``)."""
 
 _CHECKPOINTER_KEY = "__pregel_checkpointer"
 """Where LangGraph puts the checkpointer of a run in its config (`CONFIG_KEY_CHECKPOINTER`
@@ -123,7 +133,9 @@ class LedgerResolver:
             return self._local
         found = self._chosen.get(checkpointer)
         if found is None:
-            found, setup = self._choose(checkpointer)
+            # In a worker thread under `adrive`: opening a SQLite file blocks (and
+            # ``langgraph dev`` refuses blocking calls on its event loop).
+            found, setup = yield Call(self._choose, self._achoose, (checkpointer,))
             if setup:
                 if not on_loop and isinstance(checkpointer, AsyncPostgresSaver):
                     raise ConfigurationError(
@@ -132,7 +144,7 @@ class LedgerResolver:
                     )
                 parts: tuple[Any, ...] = (found.idempotency, found.saga)  # the built ones
                 for part in parts:
-                    yield Call(part.setup)
+                    yield Call(part.setup, getattr(part, "asetup", None))
             found = self._chosen.setdefault(checkpointer, found)
         return found
 
@@ -145,11 +157,17 @@ class LedgerResolver:
         """The ledger for an async run (None when no tool has side effects)."""
         return await adrive(self._resolving(config, on_loop=True), _NEVER_SLEEPS)
 
+    async def _achoose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
+        return await asyncio.to_thread(self._choose, checkpointer)
+
     def _choose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
         """The ledger for `checkpointer`, and whether its tables still need ``setup()``."""
         attached = _ATTACHED.get(checkpointer)
         if attached is not None:
             return self._with_explicit(attached), False
+        beside = _persisted_file(checkpointer)
+        if beside:
+            return self._sqlite_ledger(os.path.join(os.path.dirname(beside), LEDGER_FILE))
         if type(checkpointer) is InMemorySaver:
             return self._local, False
         if isinstance(checkpointer, PostgresSaver):
@@ -174,10 +192,7 @@ class LedgerResolver:
                 ) from exc
             if not path:  # an in-memory database: as durable as this process
                 return self._local, False
-            built = EffectLedger(
-                SqliteIdempotencyStore(sqlite_connect(path)), SqliteSagaLog(sqlite_connect(path))
-            )
-            return self._with_explicit(built), True
+            return self._sqlite_ledger(path)
         raise ConfigurationError(
             f"a tool has ToolProfile(side_effect=True) and the graph runs on "
             f"{type(checkpointer).__name__}, next to which this package cannot keep a durable "
@@ -185,6 +200,20 @@ class LedgerResolver:
             "(e.g. open_postgres(dsn).idempotency / .saga, or "
             "PostgresIdempotencyStore(pool) / PostgresSagaLog(pool) after .setup())"
         )
+
+    def _sqlite_ledger(self, path: str) -> tuple[EffectLedger, bool]:
+        built = EffectLedger(
+            SqliteIdempotencyStore(sqlite_connect(path)), SqliteSagaLog(sqlite_connect(path))
+        )
+        return self._with_explicit(built), True
+
+
+def _persisted_file(checkpointer: Any) -> str:
+    """The file an `InMemorySaver` writes its checkpoints to ("" when it keeps them in
+    memory only): ``langgraph dev``'s saver is one, and its threads survive a restart."""
+    if isinstance(checkpointer, InMemorySaver) and isinstance(checkpointer.storage, PersistentDict):
+        return str(checkpointer.storage.filename)
+    return ""
 
 
 def _sqlite_file(conn: sqlite3.Connection) -> str:

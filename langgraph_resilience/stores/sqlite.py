@@ -213,6 +213,10 @@ class SqliteIdempotencyStore(SqlIdempotencyStore):
         """Create the ledger and saga tables if they do not exist."""
         self._sqlite.setup()
 
+    async def asetup(self) -> None:
+        """Async `setup`, in a worker thread."""
+        await asyncio.to_thread(self._sqlite.setup)
+
 
 class SqliteSagaLog(SqlSagaLog):
     """The saga log in the embedded SQLite file (append-only)."""
@@ -225,3 +229,7 @@ class SqliteSagaLog(SqlSagaLog):
     def setup(self) -> None:
         """Create the ledger and saga tables if they do not exist."""
         self._sqlite.setup()
+
+    async def asetup(self) -> None:
+        """Async `setup`, in a worker thread."""
+        await asyncio.to_thread(self._sqlite.setup)

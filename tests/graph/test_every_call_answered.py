@@ -142,7 +142,7 @@ def test_an_unanswered_call_with_a_reused_id_is_found() -> None:
     ]
     found = answer_pending(messages, empty_ledger())
     assert found is not None
-    patched, _ = found
+    patched, _, _ = found
     assert provider_valid(patched)
     assert isinstance(patched[6], ToolMessage)
     assert patched[6].tool_call_id == "call_0"
