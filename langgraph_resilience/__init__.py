@@ -197,9 +197,19 @@ if TYPE_CHECKING:
     from langgraph_resilience.stores.saga import (
         InMemorySagaLog,
     )
+    from langgraph_resilience.stores.shared import (
+        SharedStores,
+        ashared_postgres,
+        shared_postgres,
+    )
     from langgraph_resilience.stores.sqlite import (
         SqliteIdempotencyStore,
         SqliteSagaLog,
+    )
+    from langgraph_resilience.stores.stale import (
+        SettledIntent,
+        asettle_stale,
+        settle_stale,
     )
 
 _HOMES: dict[str, str] = {
@@ -302,6 +312,12 @@ _HOMES: dict[str, str] = {
     "resume": "langgraph_resilience.stores.persistence",
     "thread_lock": "langgraph_resilience.stores.persistence",
     "thread_status": "langgraph_resilience.stores.persistence",
+    "SharedStores": "langgraph_resilience.stores.shared",
+    "ashared_postgres": "langgraph_resilience.stores.shared",
+    "shared_postgres": "langgraph_resilience.stores.shared",
+    "SettledIntent": "langgraph_resilience.stores.stale",
+    "asettle_stale": "langgraph_resilience.stores.stale",
+    "settle_stale": "langgraph_resilience.stores.stale",
     "AsyncPostgresIdempotencyStore": "langgraph_resilience.stores.postgres",
     "AsyncPostgresSagaLog": "langgraph_resilience.stores.postgres",
     "PostgresIdempotencyStore": "langgraph_resilience.stores.postgres",
@@ -392,6 +408,12 @@ __all__ = [
     "aresume",
     "athread_lock",
     "athread_status",
+    "SharedStores",
+    "ashared_postgres",
+    "shared_postgres",
+    "SettledIntent",
+    "asettle_stale",
+    "settle_stale",
     "backoff_delay",
     "call_key",
     "canonical_args",

@@ -88,6 +88,20 @@ any age: they are what reconciliation needs, and deleting one would let the
 next claim run an effect that may already have happened. ``list_pending(older_than)``
 lists them, oldest first, for an operator to reconcile (``status_check``, or a
 human) or release.
+
+Stale intents
+-------------
+A pending intent is resolved by the next run of its thread (the same call's replay
+asks ``status_check`` or answers UNKNOWN; new input answers the call from the
+ledger). An intent whose thread will never run again would stay pending forever:
+its thread was deleted, rolled back, or lost (``langgraph dev`` killed before it
+flushed its files). The rule (`stale_reason`, applied by
+`langgraph_resilience.stores.stale.settle_stale`): a pending intent at least
+`STALE_GRACE` old whose thread no longer exists, or any pending intent older than
+`PENDING_TTL`, is settled as ``failed`` with an ``IntentAbandoned`` result that
+says the outcome is unknown and why. Never released, so never run again: a replay
+of its call answers that result. Settling a stale intent only ends the wait; if
+the effect may matter, reconcile it with the service first (``list_pending``).
 """
 
 from __future__ import annotations
@@ -110,7 +124,12 @@ __all__ = [
     "IdempotencyRecord",
     "IdempotencyStore",
     "OutcomeStatus",
+    "PENDING_TTL",
+    "STALE_GRACE",
     "RecordStatus",
+    "StaleReason",
+    "abandoned_result",
+    "stale_reason",
     "SagaAction",
     "SagaEntry",
     "SagaLog",
@@ -133,6 +152,16 @@ ClaimAction = Literal["execute", "replay", "check_status", "unknown"]
 
 _KEY_VERSION = "lgr-idem-1"
 """Part of every key's hashed material: changing it orphans every in-flight intent."""
+
+STALE_GRACE = dt.timedelta(minutes=5)
+"""How old a pending intent of a thread that no longer exists must be to be stale:
+longer than any run takes to write its thread's first checkpoint."""
+
+PENDING_TTL = dt.timedelta(days=30)
+"""The longest a thread may wait (crashed, interrupted, with a human) before its
+pending intents are settled as abandoned, whether or not the thread still exists."""
+
+StaleReason = Literal["thread_gone", "expired"]
 
 DEFAULT_RETENTION = dt.timedelta(days=30)
 """How long `IdempotencyStore.purge` keeps a completed record by default. It must
@@ -299,6 +328,44 @@ def claim_action(claim: Claim, *, can_check_status: bool) -> ClaimAction:
     if claim.state == "done":
         return "replay"
     return "check_status" if can_check_status else "unknown"
+
+
+def stale_reason(
+    record: IdempotencyRecord,
+    *,
+    thread_exists: bool,
+    grace: float = STALE_GRACE.total_seconds(),
+    ttl: float = PENDING_TTL.total_seconds(),
+) -> StaleReason | None:
+    """Why a pending intent is stale (see "Stale intents"), or None while it may still
+    be resolved by its thread (pure).
+
+    >>> old = IdempotencyRecord(key="k", status="pending", age_s=600.0)
+    >>> stale_reason(old, thread_exists=False), stale_reason(old, thread_exists=True)
+    ('thread_gone', None)
+    """
+    if record.status != "pending" or record.age_s is None:
+        return None
+    if record.age_s >= ttl:
+        return "expired"
+    if not thread_exists and record.age_s >= grace:
+        return "thread_gone"
+    return None
+
+
+def abandoned_result(reason: StaleReason) -> dict[str, Any]:
+    """The outcome a stale intent is settled with: unknown, and why."""
+    why = {
+        "thread_gone": "its thread no longer exists (deleted, rolled back or lost)",
+        "expired": "it waited longer than the pending TTL",
+    }[reason]
+    return {
+        "type": "IntentAbandoned",
+        "outcome": "unknown",
+        "reason": reason,
+        "message": f"this side effect's outcome was never recorded and {why}; it may "
+        "have happened. It is not run again.",
+    }
 
 
 def summarize_records(records: Iterable[IdempotencyRecord]) -> dict[str, int]:

@@ -279,18 +279,21 @@ def _postgres_persistence(pool: AnyPool, shown: str) -> Persistence:
     return p
 
 
-def _setup(probe: Any, p: Persistence) -> Flow[None]:
-    """Every ``setup()`` (LangGraph's saver and store, our ledgers, the breaker table),
-    under a session advisory lock on `probe`, so workers starting together do not race."""
+def _setup(probe: Any, p: Persistence, *, checkpointer: bool = True) -> Flow[None]:
+    """Every ``setup()`` (LangGraph's saver and store unless a server owns them, our
+    ledgers, the breaker table), under a session advisory lock on `probe`, so workers
+    starting together do not race."""
     asynchronous = isinstance(p.pool, AsyncConnectionPool)
     breakers: Any = AsyncPostgresBreakerStore if asynchronous else PostgresBreakerStore
     yield Call(probe.execute, None, (_OPEN_LOCK_SQL, (_OPEN_LOCK,)))
-    parts: tuple[Any, ...] = (p.checkpointer, p.store, p.idempotency, p.saga, breakers(p.pool))
+    parts: tuple[Any, ...] = (p.idempotency, p.saga, breakers(p.pool))
+    if checkpointer:
+        parts = (p.checkpointer, p.store, *parts)
     for part in parts:
         yield Call(part.setup)
 
 
-def _opening(
+def postgres_opening(
     dsn: str,
     connect: Callable[..., Any],
     pool_class: Any,
@@ -299,6 +302,7 @@ def _opening(
     max_size: int = 10,
     timeout: float = 10.0,
     setup: bool = True,
+    checkpointer: bool = True,
 ) -> Flow[Persistence]:
     """Probe `dsn`, open a pool on it, set every table up: `open_postgres` under
     `drive`, `aopen_postgres` under `adrive` (the async connection and pool)."""
@@ -324,7 +328,7 @@ def _opening(
             yield Call(pool.open, None, (), {"wait": True, "timeout": timeout})
             persistence = _postgres_persistence(pool, shown)
             if setup:
-                yield from _setup(probe, persistence)
+                yield from _setup(probe, persistence, checkpointer=checkpointer)
         except Exception:
             yield Call(probe.close)
             raise
@@ -379,6 +383,9 @@ class PostgresOptions(TypedDict, total=False):
     setup: bool
     """Create every table (default True); ``False`` in workers when a deploy step
     already did."""
+    checkpointer: bool
+    """Create LangGraph's checkpoint and store tables too (default True); ``False``
+    when a LangGraph Server owns the checkpointer (`shared_postgres` does)."""
 
 
 @contextlib.contextmanager
@@ -390,7 +397,9 @@ def open_postgres(dsn: str, **options: Unpack[PostgresOptions]) -> Iterator[Pers
     ``setup=False`` in workers when a deploy step already ran it. A connection
     failure raises `PersistenceError` naming the DSN with its password redacted.
     """
-    persistence = drive(_opening(dsn, psycopg.connect, ConnectionPool, **options), _NEVER_SLEEPS)
+    persistence = drive(
+        postgres_opening(dsn, psycopg.connect, ConnectionPool, **options), _NEVER_SLEEPS
+    )
     try:
         yield persistence
     finally:
@@ -407,7 +416,7 @@ async def aopen_postgres(
     >>> async with aopen_postgres(dsn) as p:  # doctest: +SKIP
     ...     app = builder.compile(checkpointer=p.checkpointer, store=p.store)
     """
-    flow = _opening(dsn, psycopg.AsyncConnection.connect, AsyncConnectionPool, **options)
+    flow = postgres_opening(dsn, psycopg.AsyncConnection.connect, AsyncConnectionPool, **options)
     persistence = await adrive(flow, _NEVER_SLEEPS)
     try:
         yield persistence

@@ -6,6 +6,10 @@ after an interrupt with ``Command(resume=...)``), under the thread's lock when
 given one; `thread_status` says where a thread stands and `list_threads` lists
 them (one query on the Postgres and SQLite savers, whatever the number of
 checkpoints).
+
+Each takes a compiled graph with its checkpointer or, for a deployed graph whose
+checkpointer a LangGraph Server owns, the server: a `langgraph_sdk` client or a
+`RemoteGraph` (`langgraph_resilience.stores.remote_threads`).
 """
 
 from __future__ import annotations
@@ -29,8 +33,15 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyRecord, summarize_records
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.errors import ResilienceError, ThreadBusyError
+from langgraph_resilience.errors import ConfigurationError, ResilienceError, ThreadBusyError
 from langgraph_resilience.stores.locks import LockTarget, athread_lock, thread_lock
+from langgraph_resilience.stores.remote_threads import (
+    RemoteThreads,
+    Server,
+    alist_remote_threads,
+    as_remote,
+    list_remote_threads,
+)
 
 if TYPE_CHECKING:  # persistence.py builds on this module
     from langgraph_resilience.stores.persistence import Persistence
@@ -61,7 +72,7 @@ class ThreadNotFoundError(ResilienceError):
         self.thread_id = thread_id
 
 
-AnyApp: TypeAlias = "Pregel[Any, Any, Any, Any]"
+AnyApp: TypeAlias = "Pregel[Any, Any, Any, Any] | Server"
 ThreadState = Literal["done", "interrupted", "failed", "pending", "running", "not_found"]
 
 
@@ -69,6 +80,26 @@ def _thread_config(thread_id: str, config: RunnableConfig | None) -> RunnableCon
     base: dict[str, Any] = dict(config or {})
     configurable = {**(base.get("configurable") or {}), "thread_id": thread_id}
     return cast("RunnableConfig", {**base, "configurable": configurable})
+
+
+def _remote(app: AnyApp, assistant_id: str | None, lock: Any) -> RemoteThreads | None:
+    """The server's threads when `app` is a server; a local graph must own a checkpointer."""
+    remote = as_remote(app, assistant_id)
+    if remote is not None:
+        if lock is not None:
+            raise ConfigurationError(
+                "lock= does not apply to a LangGraph Server: it runs one run per thread "
+                "itself (a second is refused or queued by its multitask_strategy)"
+            )
+        return RemoteThreads(remote)
+    if getattr(app, "checkpointer", None) is None:
+        raise ConfigurationError(
+            "this graph was compiled without a checkpointer, so it has no threads here; "
+            "compile it with one, or, when a LangGraph Server runs it, pass the server: "
+            "get_sync_client(url=...) (get_client for the async functions) or "
+            "RemoteGraph(graph_id, url=...)"
+        )
+    return None
 
 
 def resume(
@@ -80,6 +111,7 @@ def resume(
     lock: LockTarget | None = None,
     wait: bool | float = False,
     durability: Durability = "sync",
+    assistant_id: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Continue a thread from its last checkpoint: ``app.invoke(command, config)``.
@@ -90,9 +122,20 @@ def resume(
     run holds the thread's `thread_lock`. Raises `ThreadNotFoundError` when the
     thread has no checkpoint. Extra keyword arguments go to ``invoke``.
 
+    On a server (`app` a client or `RemoteGraph`) it is a new run of `assistant_id`
+    (default ``"agent"``, or the `RemoteGraph`'s) on the thread; a thread the
+    server is running already raises `ThreadBusyError`.
+
     >>> resume(app, "thread-42", command=Command(resume="approve"), lock=p)  # doctest: +SKIP
     """
     cfg = _thread_config(thread_id, config)
+    remote = _remote(app, assistant_id, lock)
+    if remote is not None:
+        found = remote.snapshot(cfg)
+        if found is None or found.created_at is None:
+            raise ThreadNotFoundError(thread_id)
+        return remote.run(thread_id, command, cfg)
+    assert not isinstance(app, Server)
     held = thread_lock(lock, thread_id, wait=wait) if lock is not None else contextlib.nullcontext()
     with held:
         if app.get_state(cfg).created_at is None:
@@ -109,10 +152,18 @@ async def aresume(
     lock: LockTarget | psycopg.AsyncConnection[Any] | None = None,
     wait: bool | float = False,
     durability: Durability = "sync",
+    assistant_id: str | None = None,
     **kwargs: Any,
 ) -> Any:
     """Async `resume`: ``await app.ainvoke(command, config)`` under `athread_lock`."""
     cfg = _thread_config(thread_id, config)
+    remote = _remote(app, assistant_id, lock)
+    if remote is not None:
+        found = await remote.asnapshot(cfg)
+        if found is None or found.created_at is None:
+            raise ThreadNotFoundError(thread_id)
+        return await remote.arun(thread_id, command, cfg)
+    assert not isinstance(app, Server)
     held: contextlib.AbstractAsyncContextManager[None] = (
         athread_lock(lock, thread_id, wait=wait) if lock is not None else contextlib.nullcontext()
     )
@@ -239,15 +290,24 @@ def _status(
     snapshot: StateSnapshot | None,
 ) -> Flow[ThreadStatus]:
     """Read what `_status_of` needs: `thread_status` and `athread_status` drive this."""
-    if snapshot is None:
-        snapshot = yield Call(app.get_state, app.aget_state, (_thread_config(thread_id, config),))
+    remote = _remote(app, None, None)
+    cfg = _thread_config(thread_id, config)
+    if snapshot is None and remote is not None:
+        snapshot = yield Call(remote.snapshot, remote.asnapshot, (cfg,))
+        if snapshot is None:
+            return ThreadStatus(thread_id=thread_id, state="not_found")
+    elif snapshot is None:
+        assert not isinstance(app, Server)
+        snapshot = yield Call(app.get_state, app.aget_state, (cfg,))
     assert snapshot is not None
     records = None
     if persistence:
         ledger = persistence.idempotency
         records = yield Call(ledger.for_thread, ledger.afor_thread, (thread_id,))
     busy = False
-    if persistence is not None and _might_run(snapshot):
+    if remote is not None and _might_run(snapshot):  # the server knows who runs it
+        busy = yield Call(remote.busy, remote.abusy, (thread_id,))
+    elif persistence is not None and _might_run(snapshot):
         busy = yield Call(_busy, _abusy, (persistence, thread_id))
     return _status_of(thread_id, snapshot, records=records, busy=busy)
 
@@ -260,7 +320,8 @@ def thread_status(
     pending (where it stopped), with its ledger summary.
 
     With `persistence` the status also counts the thread's side-effect intents
-    and tells ``running`` (someone holds the thread lock) from ``pending``.
+    and tells ``running`` (someone holds the thread lock) from ``pending``; on a
+    server (`app` a client or `RemoteGraph`) ``running`` is the server's ``busy``.
     Pass the thread's latest `snapshot` when you already read it
     (``app.get_state``): the state is then not read again.
     """
@@ -332,9 +393,12 @@ class _Latest:
         return [thread for thread, _ in ordered[:limit]]
 
 
-def list_threads(checkpointer: BaseCheckpointSaver[Any], *, limit: int | None = None) -> list[str]:
+def list_threads(
+    checkpointer: BaseCheckpointSaver[Any] | Server, *, limit: int | None = None
+) -> list[str]:
     """Distinct thread ids with a checkpoint, most recently written first (by each
-    thread's latest checkpoint), at most `limit` of them.
+    thread's latest checkpoint), at most `limit` of them. On a server (a sync client
+    or a `RemoteGraph`): its threads, most recently updated first.
 
     On LangGraph's `PostgresSaver` and `SqliteSaver` it is one statement on the
     saver's own pool or connection: ``SELECT thread_id, max(checkpoint_id) ...
@@ -345,6 +409,8 @@ def list_threads(checkpointer: BaseCheckpointSaver[Any], *, limit: int | None = 
     walked through ``checkpointer.list(None)``, i.e. every checkpoint.
     """
     limit = _check_limit(limit)
+    if isinstance(checkpointer, Server):
+        return list_remote_threads(checkpointer, limit)
     if isinstance(checkpointer, PostgresSaver):
         return _pg_threads(checkpointer, limit)
     if isinstance(checkpointer, SqliteSaver):
@@ -370,11 +436,14 @@ def list_threads(checkpointer: BaseCheckpointSaver[Any], *, limit: int | None = 
 
 
 async def alist_threads(
-    checkpointer: BaseCheckpointSaver[Any], *, limit: int | None = None
+    checkpointer: BaseCheckpointSaver[Any] | Server, *, limit: int | None = None
 ) -> list[str]:
     """Async `list_threads`: one statement on an `AsyncPostgresSaver` (or, in a worker
-    thread, on a `PostgresSaver` / `SqliteSaver`), else ``checkpointer.alist(None)``."""
+    thread, on a `PostgresSaver` / `SqliteSaver`), else ``checkpointer.alist(None)``;
+    on a server (an async client or a `RemoteGraph`), its threads."""
     limit = _check_limit(limit)
+    if isinstance(checkpointer, Server):
+        return await alist_remote_threads(checkpointer, limit)
     if isinstance(checkpointer, AsyncPostgresSaver):
         return await _apg_threads(checkpointer, limit)
     if isinstance(checkpointer, PostgresSaver | SqliteSaver):

@@ -1,0 +1,158 @@
+"""Stale intents: settle the pending side effects no run of their thread will resolve.
+
+The rule is `langgraph_resilience.core.effects.stale_reason` (see "Stale intents"
+there): a pending intent whose thread no longer exists (deleted, rolled back by
+double-texting, lost with ``langgraph dev``'s unflushed files), or one older than
+the pending TTL, is recorded ``failed`` with an ``IntentAbandoned`` result. Run
+`settle_stale` from the job that runs `Persistence.purge`, e.g. daily::
+
+    settled = settle_stale(p.idempotency, get_sync_client(url=...))   # a server's threads
+    settled = settle_stale(p.idempotency, p.checkpointer)              # or your checkpointer
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph_sdk.errors import NotFoundError
+
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.effects import (
+    PENDING_TTL,
+    STALE_GRACE,
+    IdempotencyRecord,
+    IdempotencyStore,
+    StaleReason,
+    abandoned_result,
+    stale_reason,
+)
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.stores.remote_threads import Server, as_remote
+
+__all__ = ["SettledIntent", "Threads", "asettle_stale", "settle_stale"]
+
+_NEVER_SLEEPS = SystemClock()
+
+Threads: TypeAlias = "BaseCheckpointSaver[Any] | Server | Callable[[str], bool]"
+"""Where the threads live: a checkpointer, a LangGraph Server (client or RemoteGraph),
+or a function ``thread_id -> exists``."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SettledIntent:
+    """One stale intent `settle_stale` settled, for the operator's audit."""
+
+    key: str
+    tool: str | None
+    thread_id: str | None
+    reason: StaleReason
+    age_s: float
+
+
+def _seconds(value: float | dt.timedelta) -> float:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def _aged(record: IdempotencyRecord) -> IdempotencyRecord:
+    """The record with its age, from its creation time when the store did not say."""
+    if record.age_s is not None or record.created_at is None:
+        return record
+    created = record.created_at
+    if created.tzinfo is None:
+        created = created.replace(tzinfo=dt.UTC)
+    age = (dt.datetime.now(dt.UTC) - created).total_seconds()
+    return dataclasses.replace(record, age_s=max(0.0, age))
+
+
+class _Exists:
+    """Whether a thread exists, on a checkpointer or a server (sync and async)."""
+
+    def __init__(self, threads: Threads) -> None:
+        self.threads = threads
+        self.remote = as_remote(threads)
+
+    def sync(self, thread_id: str) -> bool:
+        if self.remote is not None:
+            client = self.remote.sync_client
+            assert client is not None, "settle_stale needs a sync client"
+            try:
+                client.threads.get(thread_id)
+            except NotFoundError:
+                return False
+            return True
+        if isinstance(self.threads, BaseCheckpointSaver):
+            config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            return self.threads.get_tuple(config) is not None  # type: ignore[arg-type]
+        return bool(self.threads(thread_id))  # type: ignore[operator]
+
+    async def asynchronous(self, thread_id: str) -> bool:
+        if self.remote is not None:
+            client = self.remote.client
+            assert client is not None, "asettle_stale needs an async client"
+            try:
+                await client.threads.get(thread_id)
+            except NotFoundError:
+                return False
+            return True
+        if isinstance(self.threads, BaseCheckpointSaver):
+            config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            return await self.threads.aget_tuple(config) is not None  # type: ignore[arg-type]
+        return bool(self.threads(thread_id))  # type: ignore[operator]
+
+
+def _settling(
+    store: IdempotencyStore, exists: _Exists, grace: float, ttl: float, limit: int | None
+) -> Flow[list[SettledIntent]]:
+    pending: list[IdempotencyRecord] = yield Call(
+        store.list_pending, store.alist_pending, (grace,), {"limit": limit}
+    )
+    known: dict[str, bool] = {}
+    settled: list[SettledIntent] = []
+    for found in pending:
+        record, thread_id = _aged(found), found.thread_id or ""
+        if thread_id not in known:
+            known[thread_id] = yield Call(exists.sync, exists.asynchronous, (thread_id,))
+        reason = stale_reason(record, thread_exists=known[thread_id], grace=grace, ttl=ttl)
+        if reason is None:
+            continue
+        yield Call(
+            store.record_outcome,
+            store.arecord_outcome,
+            (record.key, abandoned_result(reason)),
+            {"status": "failed"},
+        )
+        age = record.age_s or 0.0
+        settled.append(SettledIntent(record.key, record.tool, found.thread_id, reason, age))
+    return settled
+
+
+def settle_stale(
+    idempotency: IdempotencyStore,
+    threads: Threads,
+    *,
+    grace: float | dt.timedelta = STALE_GRACE,
+    ttl: float | dt.timedelta = PENDING_TTL,
+    limit: int | None = None,
+) -> list[SettledIntent]:
+    """Settle the ledger's stale pending intents (the rule in the module docs); returns
+    what it settled. An intent of a thread that exists and is younger than `ttl` is
+    left to its thread."""
+    flow = _settling(idempotency, _Exists(threads), _seconds(grace), _seconds(ttl), limit)
+    return drive(flow, _NEVER_SLEEPS)
+
+
+async def asettle_stale(
+    idempotency: IdempotencyStore,
+    threads: Threads,
+    *,
+    grace: float | dt.timedelta = STALE_GRACE,
+    ttl: float | dt.timedelta = PENDING_TTL,
+    limit: int | None = None,
+) -> list[SettledIntent]:
+    """Async `settle_stale`."""
+    flow = _settling(idempotency, _Exists(threads), _seconds(grace), _seconds(ttl), limit)
+    return await adrive(flow, _NEVER_SLEEPS)
