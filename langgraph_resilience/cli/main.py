@@ -105,6 +105,14 @@ def _add_demo(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     demo.set_defaults(handler="commands:cmd_demo")
 
 
+def _server_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        help="a LangGraph Server (e.g. http://127.0.0.1:2024 for `langgraph dev`): its "
+        "threads, through its API, instead of the local store",
+    )
+
+
 def _add_threads_and_resume(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     threads = sub.add_parser(
         "threads",
@@ -119,6 +127,7 @@ def _add_threads_and_resume(sub: Subparsers, common: argparse.ArgumentParser) ->
         metavar="N",
         help="only the N most recently written threads (default: all)",
     )
+    _server_flags(threads)
     threads.set_defaults(handler="threads:cmd_threads", seed=7)
     resume = sub.add_parser(
         "resume",
@@ -129,6 +138,12 @@ def _add_threads_and_resume(sub: Subparsers, common: argparse.ArgumentParser) ->
     resume.add_argument("thread_id", metavar="THREAD_ID")
     resume.add_argument("--seed", type=int, default=7, help="jitter seed (default: 7)")
     _answer_flags(resume, pause=False)
+    _server_flags(resume)
+    resume.add_argument(
+        "--assistant",
+        default="agent",
+        help="with --url: the graph (langgraph.json name) that runs the thread (default: agent)",
+    )
     resume.set_defaults(handler="commands:cmd_resume")
 
 
@@ -220,6 +235,8 @@ def _dispatch(args: argparse.Namespace, stdout: TextIO | None, err: TextIO) -> i
     )
 
     module, _, name = str(args.handler).partition(":")
+    if getattr(args, "url", None):  # a deployed graph: the server's threads
+        module, name = "server", f"cmd_server_{args.command}"
     try:
         handler = getattr(importlib.import_module(f"langgraph_resilience.cli.{module}"), name)
         out = Output(json_mode=args.json, lines=getattr(args, "jsonl", False), file=stdout)

@@ -22,7 +22,8 @@ from langgraph_resilience.events import EVENT_KEY
 __all__ = ["Runner"]
 
 
-def _resolution(answer: Answer, request: Mapping[str, Any]) -> dict[str, Any]:
+def resolution(answer: Answer, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The resume value answering one escalation `request` with a human's `answer`."""
     if answer.action == "approve":
         return {"action": "retry"}
     if answer.action == "edit":
@@ -128,14 +129,12 @@ class Runner:
             request = pending.value
             if answer.action == "approve":
                 self.session.store.approve(self.thread_id, str(request["tool"]))
-            resolution = _resolution(answer, request)
-            resume[pending.id] = resolution
+            decided = resolution(answer, request)
+            resume[pending.id] = decided
             self.out.record(
-                "answer", thread_id=self.thread_id, tool=request["tool"], by=by, answer=resolution
+                "answer", thread_id=self.thread_id, tool=request["tool"], by=by, answer=decided
             )
-            detail = (
-                f" with {escape(args_text(resolution['args']))}" if "args" in resolution else ""
-            )
+            detail = f" with {escape(args_text(decided['args']))}" if "args" in decided else ""
             approved = " (the supervisor's approval is recorded in the back office)"
             self.out.note(
                 f"⚑ {by} answered [bold]{answer.flag}[/bold]{detail}"

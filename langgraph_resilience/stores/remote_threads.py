@@ -88,9 +88,10 @@ class RemoteThreads:
 
     def run(self, thread_id: str, command: Command[Any] | None, config: RunnableConfig) -> Any:
         """A new run on the thread (``Command(resume=...)`` or a plain continue); a thread
-        the server is running already is `ThreadBusyError`, not a second run."""
+        the server is running already is `ThreadBusyError` (``multitask_strategy=
+        "reject"``), never a second run queued behind it or interrupting it."""
         try:
-            return self.graph.invoke(command, config)
+            return self.graph.invoke(command, config, multitask_strategy="reject")
         except ConflictError as exc:
             raise ThreadBusyError(thread_id) from exc
 
@@ -99,7 +100,7 @@ class RemoteThreads:
     ) -> Any:
         """Async `run`."""
         try:
-            return await self.graph.ainvoke(command, config)
+            return await self.graph.ainvoke(command, config, multitask_strategy="reject")
         except ConflictError as exc:
             raise ThreadBusyError(thread_id) from exc
 

@@ -1,0 +1,124 @@
+"""A real multi-worker LangGraph Server: two ``langhost`` processes (stock
+``langgraph-api`` on ``langgraph-runtime-pg``) on one Postgres database and one Redis.
+
+A worker is SIGKILLed while its refund is on the wire; the runtime's heartbeat sweep
+re-queues the run and the other worker finishes it. With ``shared`` (our Postgres
+ledger and breakers, opened once per worker) the refund happens once; ``plain``
+(LangGraph's ``ToolNode``) refunds again. Effects are rows in a real Postgres table.
+Both workers then report to one breaker: the single row they share.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph_sdk.client import SyncLangGraphClient
+
+from langgraph_resilience.stores.breakers import PostgresBreakerStore
+from tests.server.conftest import effects
+from tests.server.pg_runtime import Cluster, cluster_fixture  # noqa: F401  (`cluster`)
+
+TAKEOVER_TIMEOUT = 30.0  # heartbeat 1 s: its key expires after 4 s, a sweep runs every 2 s
+
+
+def _order() -> str:
+    return "o" + uuid.uuid4().hex[:8]
+
+
+def _start(client: SyncLangGraphClient, graph: str, content: str) -> tuple[str, str]:
+    thread = client.threads.create()
+    message: dict[str, Any] = {"messages": [{"role": "user", "content": content}]}
+    run = client.runs.create(thread["thread_id"], graph, input=message)
+    return thread["thread_id"], run["run_id"]
+
+
+def _finished(client: SyncLangGraphClient, thread_id: str, run_id: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = str(client.runs.get(thread_id, run_id)["status"])
+        if status not in ("pending", "running"):
+            return status
+        time.sleep(0.1)
+    pytest.fail(f"run {run_id} still running after {timeout:g}s")
+
+
+def _last_message(client: SyncLangGraphClient, thread_id: str) -> dict[str, Any]:
+    values = client.threads.get_state(thread_id)["values"]
+    assert isinstance(values, dict)
+    return dict(values["messages"][-1])
+
+
+def _ledger(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM lgr_idempotency GROUP BY status")
+        return {str(status): int(count) for status, count in rows.fetchall()}
+
+
+@pytest.mark.parametrize(("graph", "expected"), [("shared", 1), ("plain", 2)])
+def test_a_worker_killed_mid_effect_the_other_finishes_the_run(
+    cluster: Cluster, graph: str, expected: int
+) -> None:
+    """SIGKILL of the worker running the refund, after its effect: the run stays
+    ``running`` until its heartbeat expires, then the other worker claims it and the
+    thread completes. Ours answers the replayed call from the shared ledger (the status
+    check finds the row); plain ``ToolNode`` refunds again."""
+    order = _order()
+    cluster.hold()
+    thread_id, run_id = _start(cluster.workers[0].client(), graph, f"refund {order}")
+    victim = cluster.worker_running(order)
+    survivor = cluster.other(victim)
+    factory_calls = survivor.factory_calls()
+    client = survivor.client()
+
+    killed = time.monotonic()
+    victim.stop(signal.SIGKILL)
+    assert client.runs.get(thread_id, run_id)["status"] == "running"  # nobody finished it
+    cluster.release()
+
+    deadline = killed + TAKEOVER_TIMEOUT
+    while not (order in survivor.effects_started() or survivor.factory_calls() > factory_calls):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the run was not taken over in {TAKEOVER_TIMEOUT:g}s:\n{cluster.tails()}")
+        time.sleep(0.05)
+    took_over = time.monotonic() - killed
+    status = _finished(client, thread_id, run_id, timeout=TAKEOVER_TIMEOUT)
+    print(f"{graph}: taken over {took_over:.2f}s after SIGKILL, {status} after "
+          f"{time.monotonic() - killed:.2f}s; effects={effects(cluster.dsn, order)}")  # fmt: skip
+
+    assert status == "success"
+    assert effects(cluster.dsn, order) == expected
+    assert (order in survivor.effects_started()) == (expected == 2)  # who refunded again
+    last = _last_message(client, thread_id)
+    assert last["type"] == "ai"
+    assert last["content"].startswith("done:")
+    if graph == "shared":
+        assert _ledger(cluster.dsn) == {"done": 1}  # the intent did not stay pending
+
+
+def test_both_workers_share_one_breaker(cluster: Cluster) -> None:
+    """Four held refunds on two workers of two slots each: both workers run two, and
+    all four outcomes land in the one ``refund`` breaker row they share (a breaker per
+    process would hold two each)."""
+    client = cluster.workers[0].client()
+    orders = [_order() for _ in range(4)]
+    cluster.hold()
+    runs = [_start(client, "shared", f"refund {order}") for order in orders]
+    for order in orders:
+        cluster.worker_running(order)
+    assert sorted(len(w.effects_started()) for w in cluster.workers) == [2, 2]
+    cluster.release()
+
+    assert [_finished(client, *run, timeout=30) for run in runs] == ["success"] * 4
+    assert [effects(cluster.dsn, order) for order in orders] == [1, 1, 1, 1]
+    with psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=0) as conn:
+        keys = [row[0] for row in conn.execute("SELECT key FROM lgr_breakers").fetchall()]
+        state = PostgresBreakerStore(conn).snapshot("refund")
+    assert keys == ["refund"]
+    assert state.status == "closed"
+    assert state.window is not None
+    assert (state.window.calls, state.window.failures) == (4, 0)
