@@ -59,6 +59,15 @@ def _ledger(dsn: str) -> dict[str, int]:
         return {str(status): int(count) for status, count in rows.fetchall()}
 
 
+def _breaker_window(dsn: str, key: str) -> tuple[int, int]:
+    """(calls, failures) in the shared breaker `key`, as every worker reads it."""
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=0) as conn:
+        state = PostgresBreakerStore(conn).snapshot(key)
+    assert state.status == "closed"
+    assert state.window is not None
+    return state.window.calls, state.window.failures
+
+
 @pytest.mark.parametrize(("graph", "expected"), [("shared", 1), ("plain", 2)])
 def test_a_worker_killed_mid_effect_the_other_finishes_the_run(
     cluster: Cluster, graph: str, expected: int
@@ -98,6 +107,8 @@ def test_a_worker_killed_mid_effect_the_other_finishes_the_run(
     assert last["content"].startswith("done:")
     if graph == "shared":
         assert _ledger(cluster.dsn) == {"done": 1}  # the intent did not stay pending
+        # the killed attempt left no outcome (nor a failure) in the breaker both share
+        assert _breaker_window(cluster.dsn, "refund") == (1, 0)
 
 
 def test_both_workers_share_one_breaker(cluster: Cluster) -> None:
@@ -115,10 +126,7 @@ def test_both_workers_share_one_breaker(cluster: Cluster) -> None:
 
     assert [_finished(client, *run, timeout=30) for run in runs] == ["success"] * 4
     assert [effects(cluster.dsn, order) for order in orders] == [1, 1, 1, 1]
-    with psycopg.connect(cluster.dsn, autocommit=True, prepare_threshold=0) as conn:
+    with psycopg.connect(cluster.dsn) as conn:
         keys = [row[0] for row in conn.execute("SELECT key FROM lgr_breakers").fetchall()]
-        state = PostgresBreakerStore(conn).snapshot("refund")
     assert keys == ["refund"]
-    assert state.status == "closed"
-    assert state.window is not None
-    assert (state.window.calls, state.window.failures) == (4, 0)
+    assert _breaker_window(cluster.dsn, "refund") == (4, 0)
