@@ -23,12 +23,16 @@ __all__ = ["Runner"]
 
 
 def resolution(answer: Answer, request: Mapping[str, Any]) -> dict[str, Any]:
-    """The resume value answering one escalation `request` with a human's `answer`."""
+    """The resume value answering one escalation `request` with a human's `answer`,
+    bound to the request's call (the node refuses it for any other)."""
+    bound = {"call_id": request["call_id"]} if request.get("call_id") else {}
     if answer.action == "approve":
-        return {"action": "retry"}
+        return {"action": "retry", **bound}
     if answer.action == "edit":
-        return {"action": "edit", "args": {**(request.get("args") or {}), **(answer.edit or {})}}
-    return {"action": answer.action, "note": f"{answer.action} decided by a human operator"}
+        args = {**(request.get("args") or {}), **(answer.edit or {})}
+        return {"action": "edit", "args": args, **bound}
+    note = f"{answer.action} decided by a human operator"
+    return {"action": answer.action, "note": note, **bound}
 
 
 @dataclasses.dataclass(eq=False)

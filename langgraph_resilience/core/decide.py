@@ -146,7 +146,8 @@ def unrecovered(
     """Where a failure goes when retry and repair cannot take it (DESIGN.md section 1).
 
     POLICY and UNKNOWN never reach the planner: a human decides (when
-    escalation is on). STRUCTURAL failures, loops and exhausted per-call
+    escalation is on). An open breaker never reaches a human: the planner, else
+    the agent (with the breaker's ``retry_after``). STRUCTURAL failures, loops and exhausted per-call
     budgets go to the planner, else to a human. A spent thread budget goes to
     a human: a new plan would only spend more. Calls of a running plan are
     answered; the plan executor handles their failure through fallbacks.
@@ -154,6 +155,10 @@ def unrecovered(
     if decision.route != "agent" or in_plan:
         return decision
     human = Decision("escalate", exhausted=decision.exhausted) if can_escalate else decision
+    if error.context.get("breaker") == "open":
+        # An outage the breaker knows of, and the call never ran: a human cannot fix it.
+        # Another path (a plan), else the agent is told when the tool may work again.
+        return Decision("replan", exhausted=decision.exhausted) if can_replan else decision
     if error.failure_class in (FailureClass.POLICY, FailureClass.UNKNOWN):
         return human
     if decision.exhausted in (

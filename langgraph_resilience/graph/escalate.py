@@ -14,7 +14,8 @@ The human answers with one of::
 An invalid answer does not lose anything: the node interrupts again with the
 same request and an ``error`` explaining what was wrong; an ``edit`` whose
 arguments the tool's schema rejects (a wrong type, another tool's fields) is such
-an invalid answer. ``abort`` undoes the thread's recorded effects (async under
+an invalid answer, and so is one whose ``call_id`` names another call than the
+request's (an answer is bound to its call, never applied to another). ``abort`` undoes the thread's recorded effects (async under
 ``ainvoke``).
 """
 
@@ -62,6 +63,11 @@ class Resolution(BaseModel):
     action: Action
     args: dict[str, Any] | None = Field(default=None, description="New arguments for 'edit'.")
     note: str | None = Field(default=None, description="Shown to the agent with 'skip'/'abort'.")
+    call_id: str | None = Field(
+        default=None,
+        description="The call this answer is for (the request's call_id): an answer meant "
+        "for another call is refused, never applied to this one.",
+    )
 
     @model_validator(mode="after")
     def _edit_needs_args(self) -> Resolution:
@@ -117,6 +123,12 @@ def _ask(request: dict[str, Any], asked: Event, check: Check) -> Resolution:
             request = {**request, "error": redact(f"invalid answer {answer!r}: {problems}")}
             continue
         problem = check(resolution)
+        meant = resolution.call_id
+        if problem is None and meant is not None and meant != request.get("call_id"):
+            problem = (
+                f"it is for call {meant!r}, and this request is for call "
+                f"{request.get('call_id')!r} ({request.get('tool')})"
+            )
         if problem is None:
             return resolution
         request = {**request, "error": redact(f"invalid answer {answer!r}: {problem}")}

@@ -232,3 +232,25 @@ def test_bad_fallback_configuration_fails_at_construction(
             profiles=profiles,
             policy=ResiliencePolicy(),
         )
+
+
+def test_an_open_breaker_never_sends_a_new_threads_call_to_a_human(runner: Runner) -> None:
+    """An outage learned by an earlier thread (the shared breaker is open): a brand-new
+    thread's read-only call is answered with the breaker's retry_after for the agent to
+    plan around, even with escalation on; no interrupt, nothing executed."""
+    v1 = FaultyTool(search, then=Fault.status(503))
+    store = InMemoryBreakerStore()
+    turn = [tool_calls(("search", {"query": "x"})), text("ok")]
+    shared = {"breaker": TRIPPY, "breaker_store": store}
+    outage = build_graph([v1], turn, options=shared)
+    runner.invoke(outage.app, {"messages": [("user", "x")]}, outage.config())
+    h = build_graph([v1], turn, escalate=True, options=shared)
+
+    out = runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+
+    assert "__interrupt__" not in out
+    assert v1.calls == 3
+    envelope = json.loads(str(tool_messages(out)[-1].content))
+    assert envelope["type"] == "CircuitOpenError"
+    assert envelope["retry_after_ms"] > 0
+    assert out["messages"][-1].content == "ok"

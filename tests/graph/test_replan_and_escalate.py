@@ -423,3 +423,27 @@ def test_an_edit_the_tool_would_reject_is_asked_again(runner: Runner) -> None:
     )
     assert guarded.executions == 1
     assert done["messages"][-1].content == "refunded 40"
+
+
+def test_an_answer_meant_for_another_call_is_refused(runner: Runner) -> None:
+    """An answer names the call it is for (``call_id``, as the command's answers do): one
+    for another call is asked again with the error, never applied to this call."""
+    guarded = FaultyTool(refund, [Fault.status(403)])
+    h = build_graph(
+        [guarded],
+        [tool_calls(("refund", {"order_id": 7, "amount": 80.0})), text("refunded 40")],
+        escalate=True,
+    )
+    config = h.config()
+    out = runner.invoke(h.app, {"messages": [("user", "refund 80")]}, config)
+    [asked] = out["__interrupt__"]
+    edit = {"action": "edit", "args": {"order_id": 7, "amount": 40.0}}
+
+    out = runner.invoke(h.app, Command(resume={**edit, "call_id": "another-call"}), config)
+    [pending] = out["__interrupt__"]
+    assert "it is for call 'another-call'" in pending.value["error"]
+    assert guarded.calls == 1
+
+    done = runner.invoke(h.app, Command(resume={**edit, "call_id": asked.value["call_id"]}), config)
+    assert guarded.executions == 1
+    assert done["messages"][-1].content == "refunded 40"
