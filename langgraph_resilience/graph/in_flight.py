@@ -225,5 +225,5 @@ async def asettle(key: str, grace: float) -> Settled:
         if key in _SYNC or _executing(key):
             return await asyncio.to_thread(settle, key, grace)
         return settle(key, 0.0)  # not executing: answers at once
-    await asyncio.wait({task}, timeout=grace)
+    await asyncio.wait({task}, timeout=grace or OTHER_RUNNER_WAIT)  # no timeout: as executing
     return "ended" if task.done() else "running"
