@@ -22,13 +22,17 @@ graph, then ``rounds`` rounds; in each round a batch of K runs of ``plain`` and 
 of K runs of ``ours`` (ABBA order across rounds: AB, BA, AB, ...), each run on its own new
 thread (``runs.wait`` with ``if_not_exists="create"``: one request per run), c at a time
 (asyncio tasks behind a semaphore on one async `langgraph_sdk` client). A batch's wall
-time gives its runs/s. Reported per c: the median runs/s of each graph over the rounds,
-ours/plain as the geometric mean of the per-round paired ratios with a 95% t-interval
-(on the log ratios), the server's CPU time per run (utime + stime of the server's
-process group, from /proc; robust to other load on the machine) and its ratio, and the
-effects per run counted in the table (each run must refund exactly once: "bad" counts
-orders with a count other than 1 and runs whose status or answer was wrong), and the
-median latency of a run (request to answer).
+time gives its runs/s. After each batch, untimed, its threads are deleted, so the
+in-memory store (which the server scans and pickles to ``.langgraph_api``) stays small
+and later rounds are not slower than earlier ones.
+
+Reported per c: the median runs/s of each graph over the rounds; ours/plain as the
+geometric mean of the per-round paired ratios, with a 95% t-interval on the log ratios;
+the server's CPU time per run (utime + stime of the server's process group, from
+/proc; robust to other load on the machine) and its ratio; the effects per run counted
+in the table (each run must refund exactly once: "bad" counts orders refunded other
+than once and runs that failed or answered wrongly); and the median latency of a run
+(request to answer).
 
 Reading it: at low concurrency the in-memory runtime's queue sets the pace, not the
 graph. Its worker loop polls ``Runs.next``, which sleeps 0.5 s when the previous poll
@@ -281,6 +285,7 @@ async def batch(client: Any, graph: str, runs: int, concurrency: int, tag: str) 
     gate = asyncio.Semaphore(concurrency)
     failures: list[str] = []
     latencies: list[float] = []
+    threads = [str(uuid.uuid4()) for _ in range(runs)]
 
     async def one(index: int) -> None:
         order = f"{tag}-{index}"
@@ -288,7 +293,7 @@ async def batch(client: Any, graph: str, runs: int, concurrency: int, tag: str) 
             begun = time.perf_counter()
             try:
                 values = await client.runs.wait(
-                    str(uuid.uuid4()), graph, if_not_exists="create",
+                    threads[index], graph, if_not_exists="create",
                     input={"messages": [{"role": "user", "content": f"refund {order}"}]},
                 )  # fmt: skip
             except Exception as exc:  # counted, reported
@@ -301,7 +306,19 @@ async def batch(client: Any, graph: str, runs: int, concurrency: int, tag: str) 
     started = time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(runs)))
     seconds = time.perf_counter() - started
-    return {"seconds": seconds, "failures": failures, "latencies": latencies}
+    return {"seconds": seconds, "failures": failures, "latencies": latencies, "threads": threads}
+
+
+async def forget(client: Any, threads: list[str]) -> None:
+    """Delete finished threads (untimed), so the in-memory store does not grow."""
+    gate = asyncio.Semaphore(8)
+
+    async def one(thread_id: str) -> None:
+        async with gate:
+            with contextlib.suppress(Exception):
+                await client.threads.delete(thread_id)
+
+    await asyncio.gather(*(one(t) for t in threads))
 
 
 async def measure(
@@ -314,9 +331,10 @@ async def measure(
             runs = runs_override or sizes.runs[concurrency]
             print(f"c={concurrency}: {sizes.rounds} rounds x {runs} runs per graph ...", flush=True)
             for graph in CONTENDERS:  # warm-up, not counted
-                await batch(
+                warm = await batch(
                     client, graph, max(concurrency, 4), concurrency, f"w{concurrency}{graph}"
                 )
+                await forget(client, warm["threads"])
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
             for index in range(sizes.rounds):
                 order = CONTENDERS if index % 2 == 0 else CONTENDERS[::-1]
@@ -326,6 +344,7 @@ async def measure(
                     done = await batch(client, graph, runs, concurrency, tag)
                     cpu = server.cpu() - cpu_before
                     rows, odd = count_effects(dsn, tag + "-")
+                    await forget(client, done["threads"])
                     samples[graph].append(
                         {
                             "runs": runs,
