@@ -147,10 +147,11 @@ def unrecovered(
 
     POLICY and UNKNOWN never reach the planner: a human decides (when
     escalation is on). An open breaker never reaches a human: the planner, else
-    the agent (with the breaker's ``retry_after``). STRUCTURAL failures, loops and exhausted per-call
-    budgets go to the planner, else to a human. A spent thread budget goes to
-    a human: a new plan would only spend more. Calls of a running plan are
-    answered; the plan executor handles their failure through fallbacks.
+    the agent (with the breaker's ``retry_after``). Other STRUCTURAL failures,
+    loops and exhausted per-call budgets go to the planner, else to a human. A
+    spent thread budget goes to a human: a new plan would only spend more. Calls
+    of a running plan are answered; the plan executor handles their failure
+    through fallbacks.
     """
     if decision.route != "agent" or in_plan:
         return decision

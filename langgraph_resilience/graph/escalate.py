@@ -15,8 +15,8 @@ An invalid answer does not lose anything: the node interrupts again with the
 same request and an ``error`` explaining what was wrong; an ``edit`` whose
 arguments the tool's schema rejects (a wrong type, another tool's fields) is such
 an invalid answer, and so is one whose ``call_id`` names another call than the
-request's (an answer is bound to its call, never applied to another). ``abort`` undoes the thread's recorded effects (async under
-``ainvoke``).
+request's (an answer is bound to its call, never applied to another). ``abort``
+undoes the thread's recorded effects (async under ``ainvoke``).
 """
 
 from __future__ import annotations
