@@ -117,6 +117,11 @@ if TYPE_CHECKING:
         EscalateNode,
         Resolution,
     )
+    from langgraph_resilience.graph.mcp import (
+        aload_mcp_tools,
+        load_mcp_tools,
+        mcp_server_tool,
+    )
     from langgraph_resilience.graph.middleware import (
         ResilienceAgentState,
         ResilienceMiddleware,
@@ -205,6 +210,9 @@ if TYPE_CHECKING:
     )
 
 _HOMES: dict[str, str] = {
+    "aload_mcp_tools": "langgraph_resilience.graph.mcp",
+    "load_mcp_tools": "langgraph_resilience.graph.mcp",
+    "mcp_server_tool": "langgraph_resilience.graph.mcp",
     "backoff_delay": "langgraph_resilience.core.backoff",
     "BreakerConfig": "langgraph_resilience.core.breaker",
     "BreakerStore": "langgraph_resilience.core.breaker",
@@ -394,6 +402,7 @@ __all__ = [
     "Verdict",
     "acompensate_thread",
     "add_resilience",
+    "aload_mcp_tools",
     "aopen_postgres",
     "aresume",
     "athread_lock",
@@ -409,6 +418,8 @@ __all__ = [
     "http_status",
     "idempotency_key",
     "list_threads",
+    "load_mcp_tools",
+    "mcp_server_tool",
     "merge_ledger",
     "next_step",
     "open_postgres",

@@ -218,8 +218,17 @@ def circuit_rule(error: BaseException, profile: ToolProfile | None) -> Verdict |
         FailureClass.STRUCTURAL,
         f"use_tool:{fallbacks[0]}" if fallbacks else "ask_human",
         retry_after_ms=math.ceil(round(error.retry_after * 1000, 6)),
-        context={"breaker": "open", "breaker_key": error.key},
+        context={"breaker": "open", "breaker_key": error.key, **_server_down(error)},
     )
+
+
+def _server_down(error: CircuitOpenError) -> dict[str, Any]:
+    """An MCP server's open breaker: the server, and the tools it took down."""
+    server = getattr(error, "server", None)
+    if not isinstance(server, str):
+        return {}
+    tools = getattr(error, "tools", None) or []
+    return {"server": server, "unavailable_tools": list(tools)} if tools else {"server": server}
 
 
 def gone_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
