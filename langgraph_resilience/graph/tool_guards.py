@@ -92,6 +92,17 @@ class ToolGuards:
         """The tools an MCP server serves (and so takes down with it), sorted."""
         return sorted(name for name, s in self.servers.items() if s == server)
 
+    def servers_down(self) -> dict[str, list[str]]:
+        """The MCP servers whose breaker is open now, each with the tools it took down."""
+        if self.breaker is None:
+            return {}
+        down: dict[str, list[str]] = {}
+        for server in sorted(set(self.servers.values())):
+            tools = self.server_tools(server)
+            if tools and self.is_open(tools[0]):
+                down[server] = tools
+        return down
+
     def refusal(self, tool: str, retry_after: float, *, told: bool = False) -> CircuitOpenError:
         """The error of a call its breaker refused: an MCP server's names its tools
         (none once the agent was told of them, `told`)."""

@@ -17,6 +17,7 @@ import contextvars
 import dataclasses
 import functools
 import random
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -122,6 +123,15 @@ class _InStep:
     started yet skip them (the ledger remembers them for later steps)."""
     told: set[str] = dataclasses.field(default_factory=set)
     """MCP servers whose unavailable tools a call of this step already listed."""
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def tell(self, server: str) -> bool:
+        """True for the first call of this step to tell the agent `server` is down
+        (parallel calls run on threads: one of them tells)."""
+        with self.lock:
+            first = server not in self.told
+            self.told.add(server)
+            return first
 
 
 _STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
@@ -247,6 +257,11 @@ class GuardedToolNode(ResilienceNode):
         """Each tool's breaker status now (closed / open / half_open), for the planner."""
         return self.guards.breaker_states(list(self.tools_by_name))
 
+    def servers_down(self) -> dict[str, list[str]]:
+        """The MCP servers declared down (breaker open) now, with the tools each took
+        down: ``{"weather": ["forecast", "lookup"]}``."""
+        return self.guards.servers_down()
+
     # ------------------------------------------------------------ one call
 
     def _checked(self, call: ToolCall, result: Any) -> Answer:
@@ -358,10 +373,8 @@ class GuardedToolNode(ResilienceNode):
         server = self.guards.servers.get(call["name"])
         told = server is not None and (
             server in told_servers(_messages_of(request, self.messages_key))
-            or (in_step is not None and server in in_step.told)
+            or (in_step is not None and not in_step.tell(server))
         )
-        if server is not None and in_step is not None:
-            in_step.told.add(server)
         profile = self.profiles.get(call["name"])
         skippable = profile is not None and not profile.critical and not profile.fallbacks
         if server is not None and skippable:

@@ -17,6 +17,8 @@ from tests.conftest import Runner, build_graph
 from tests.mcp.conftest import Calls, mcp_tools, stdio
 from tests.mcp.processes import HttpServer
 
+pytestmark = pytest.mark.slow  # spawns real MCP server processes
+
 
 def answers(state: dict[str, Any]) -> list[ToolMessage]:
     return [m for m in state["messages"] if isinstance(m, ToolMessage)]
