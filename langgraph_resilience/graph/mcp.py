@@ -15,9 +15,11 @@ failures are ``isError`` results carrying our `ToolError` envelope.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import json
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERVER_KEY",
+    "ToldOnce",
     "aload_mcp_tools",
     "is_error_of",
     "load_mcp_tools",
@@ -159,6 +162,27 @@ def told_servers(messages: Sequence[BaseMessage]) -> set[str]:
             if isinstance(server, str):
                 told.add(server)
     return told
+
+
+class ToldOnce:
+    """Which down servers the answers to one assistant message already listed: its
+    parallel calls (threads, or separate tasks under `create_agent`) list them once.
+    In-process and bounded; the history (`told_servers`) covers later steps."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._told: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
+        self._size, self._lock = size, threading.Lock()
+
+    def first(self, message_id: str, server: str) -> bool:
+        """True for the first answer to `message_id` to tell of `server`."""
+        with self._lock:
+            key = (message_id, server)
+            if key in self._told:
+                return False
+            self._told[key] = None
+            while len(self._told) > self._size:
+                self._told.popitem(last=False)
+            return True
 
 
 def skipped_message(call: ToolCall, server: str, tools: Sequence[str]) -> ToolMessage:

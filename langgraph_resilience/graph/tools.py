@@ -17,7 +17,6 @@ import contextvars
 import dataclasses
 import functools
 import random
-import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -80,7 +79,13 @@ from langgraph_resilience.graph.exactly_once import (
     exactly_once,
 )
 from langgraph_resilience.graph.in_flight import executing
-from langgraph_resilience.graph.mcp import is_error_of, servers_of, skipped_message, told_servers
+from langgraph_resilience.graph.mcp import (
+    ToldOnce,
+    is_error_of,
+    servers_of,
+    skipped_message,
+    told_servers,
+)
 from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
 from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
@@ -121,17 +126,6 @@ class _InStep:
     gone: set[str] = dataclasses.field(default_factory=set)
     """Tools that answered STRUCTURAL during this step: its calls that have not
     started yet skip them (the ledger remembers them for later steps)."""
-    told: set[str] = dataclasses.field(default_factory=set)
-    """MCP servers whose unavailable tools a call of this step already listed."""
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-    def tell(self, server: str) -> bool:
-        """True for the first call of this step to tell the agent `server` is down
-        (parallel calls run on threads: one of them tells)."""
-        with self.lock:
-            first = server not in self.told
-            self.told.add(server)
-            return first
 
 
 _STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
@@ -203,6 +197,7 @@ class GuardedToolNode(ResilienceNode):
         )
         self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
         self.guards.servers.update(servers_of(self.tools_by_name.values(), self.profiles))
+        self._told = ToldOnce()
         self._check_batch_args()
         self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
         """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
@@ -371,9 +366,10 @@ class GuardedToolNode(ResilienceNode):
         later ones do not repeat them (the agent is told once)."""
         call = request.tool_call
         server = self.guards.servers.get(call["name"])
+        message = in_step.batch.ai.id if in_step is not None else None
         told = server is not None and (
             server in told_servers(_messages_of(request, self.messages_key))
-            or (in_step is not None and not in_step.tell(server))
+            or (message is not None and not self._told.first(message, server))
         )
         profile = self.profiles.get(call["name"])
         skippable = profile is not None and not profile.critical and not profile.fallbacks
