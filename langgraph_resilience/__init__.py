@@ -63,6 +63,9 @@ if TYPE_CHECKING:
         SagaLog,
         idempotency_key,
     )
+    from langgraph_resilience.core.mcp import (
+        Reconnect,
+    )
     from langgraph_resilience.core.partial import (
         FailedItem,
         PartialResult,
@@ -121,6 +124,9 @@ if TYPE_CHECKING:
         aload_mcp_tools,
         load_mcp_tools,
         mcp_server_tool,
+    )
+    from langgraph_resilience.graph.mcp_sessions import (
+        McpSessions,
     )
     from langgraph_resilience.graph.middleware import (
         ResilienceAgentState,
@@ -210,6 +216,8 @@ if TYPE_CHECKING:
     )
 
 _HOMES: dict[str, str] = {
+    "McpSessions": "langgraph_resilience.graph.mcp_sessions",
+    "Reconnect": "langgraph_resilience.core.mcp",
     "aload_mcp_tools": "langgraph_resilience.graph.mcp",
     "load_mcp_tools": "langgraph_resilience.graph.mcp",
     "mcp_server_tool": "langgraph_resilience.graph.mcp",
@@ -358,6 +366,7 @@ __all__ = [
     "LedgerUnavailableError",
     "LoopDetectedError",
     "McpServerDownError",
+    "McpSessions",
     "McpToolError",
     "OutcomeUnknownError",
     "OutputValidationError",
@@ -373,6 +382,7 @@ __all__ = [
     "PostgresIdempotencyStore",
     "PostgresRetryBudgetStore",
     "PostgresSagaLog",
+    "Reconnect",
     "RepairNode",
     "ResilienceAgentState",
     "ResilienceError",

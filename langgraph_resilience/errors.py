@@ -9,7 +9,8 @@ Exception tree (the subclasses defined next to the code that raises them)::
     Exception
     ├── ResilienceError                 base of everything raised at run time
     │   ├── ToolFailure                 a tool raises it on purpose, carrying a ToolError
-    │   │   └── BulkheadFullError       (breaker.py) no slot in a tool's bulkhead: TRANSIENT
+    │   │   ├── BulkheadFullError       (breaker.py) no slot in a tool's bulkhead: TRANSIENT
+    │   │   └── McpReconnectingError    (mcp_sessions.py) a dropped MCP session's backoff
     │   ├── RetryExhaustedError         .last_error: the final ToolError
     │   ├── LoopDetectedError           .call_key: the repeated call
     │   ├── OutputValidationError       .problems: why a "successful" result is wrong

@@ -17,13 +17,16 @@ each gets its own rule, recognized by duck typing as the rest of the table is:
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from langgraph_resilience.core.policy import seconds
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.verdict import Rule, Verdict
-from langgraph_resilience.errors import FailureClass, McpToolError
+from langgraph_resilience.errors import ConfigurationError, FailureClass, McpToolError
 
 __all__ = [
     "CONNECTION_CLOSED",
@@ -33,10 +36,12 @@ __all__ = [
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "MCP_RULES",
+    "Reconnect",
     "jsonrpc_code",
     "mcp_error_rule",
     "mcp_result_rule",
     "mcp_session_rule",
+    "reconnect_wait",
     "remote_envelope",
 ]
 
@@ -49,6 +54,9 @@ CONNECTION_CLOSED = -32000
 """The SDK's code for a session whose transport closed under a pending request."""
 REQUEST_TIMEOUT = 408
 """The SDK's code (an HTTP status) for its own read timeout."""
+SESSION_TERMINATED = 32600
+"""The SDK's code (positive) for a session the server no longer knows (it restarted):
+the request was refused, not run, and a new session will do."""
 URL_ELICITATION_REQUIRED = -32042
 """The server needs the user to act (open a URL) before the tool can run."""
 
@@ -70,6 +78,7 @@ _BY_CODE: dict[int, tuple[FailureClass, dict[str, Any]]] = {
     CONNECTION_CLOSED: (FailureClass.TRANSIENT, {"connection": "lost"}),
     REQUEST_TIMEOUT: (FailureClass.TRANSIENT, {"timeout": True}),
     URL_ELICITATION_REQUIRED: (FailureClass.POLICY, {}),
+    SESSION_TERMINATED: (FailureClass.TRANSIENT, {"session": "terminated", "sent": False}),
 }
 """JSON-RPC codes: a malformed request or an unknown method will not get better with
 the same client (STRUCTURAL); an internal error or a lost connection may (TRANSIENT)."""
@@ -176,3 +185,50 @@ def mcp_result_rule(error: BaseException, profile: ToolProfile | None) -> Verdic
 
 MCP_RULES: tuple[Rule, ...] = (mcp_result_rule, mcp_error_rule, mcp_session_rule)
 """The MCP rules, in the order `DEFAULT_RULES` holds them (before the generic ones)."""
+
+
+# ------------------------------------------------------------------ reconnecting
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Reconnect:
+    """How a dropped MCP session is reconnected: only when a call needs it, never more
+    often than a doubling backoff allows (no background loop probes a dead server).
+
+    >>> Reconnect(base_delay=1, max_delay=8).delay(4)
+    8.0
+    """
+
+    base_delay: float | dt.timedelta = 0.5
+    """The wait after the first failed (re)connection."""
+
+    max_delay: float | dt.timedelta = 30.0
+    """The longest wait between two reconnection attempts."""
+
+    def __post_init__(self) -> None:
+        base = seconds(self.base_delay, field="base_delay")
+        top = seconds(self.max_delay, field="max_delay")
+        if not (0 < float(base) <= float(top)):
+            raise ConfigurationError(
+                "Reconnect needs 0 < base_delay <= max_delay (seconds), "
+                f"got base_delay={base!r}, max_delay={top!r}"
+            )
+        object.__setattr__(self, "base_delay", float(base))
+        object.__setattr__(self, "max_delay", float(top))
+
+    def delay(self, failures: int) -> float:
+        """Seconds to wait after `failures` consecutive failed connections (0: none)."""
+        if failures <= 0:
+            return 0.0
+        base, top = float(self.base_delay), float(self.max_delay)  # type: ignore[arg-type]
+        return min(top, base * 2.0 ** min(failures - 1, 60))
+
+
+def reconnect_wait(
+    reconnect: Reconnect, *, failures: int, failed_at: float | None, now: float
+) -> float:
+    """Seconds until a dropped session may be reconnected (0: now), on the monotonic
+    clock: a call arriving sooner is refused at once with this wait as Retry-After."""
+    if failed_at is None or failures <= 0:
+        return 0.0
+    return max(0.0, failed_at + reconnect.delay(failures) - now)

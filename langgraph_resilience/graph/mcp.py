@@ -43,8 +43,10 @@ __all__ = [
     "load_mcp_tools",
     "mcp_server_of",
     "mcp_server_tool",
+    "run_sync",
     "servers_of",
     "skipped_message",
+    "tag_tool",
     "told_servers",
 ]
 
@@ -84,7 +86,7 @@ async def aload_mcp_tools(
         )
     tools: list[BaseTool] = []
     for name in names:
-        tools.extend(_tagged(tool, name) for tool in await client.get_tools(server_name=name))
+        tools.extend(tag_tool(tool, name) for tool in await client.get_tools(server_name=name))
     return tools
 
 
@@ -92,11 +94,13 @@ def load_mcp_tools(
     client: MultiServerMCPClient, *, servers: Sequence[str] | None = None
 ) -> list[BaseTool]:
     """Sync `aload_mcp_tools` (for scripts and sync graphs; not inside an event loop)."""
-    tools: list[BaseTool] = _run_sync(aload_mcp_tools(client, servers=servers))
+    tools: list[BaseTool] = run_sync(aload_mcp_tools(client, servers=servers))
     return tools
 
 
-def _tagged(tool: BaseTool, server: str) -> BaseTool:
+def tag_tool(tool: BaseTool, server: str) -> BaseTool:
+    """Tag an MCP tool with its server (its breaker is then the server's) and give an
+    async-only tool a sync body."""
     tool.metadata = {**(tool.metadata or {}), SERVER_KEY: server}
     if isinstance(tool, StructuredTool) and tool.func is None and tool.coroutine is not None:
         tool.func = _sync_body(tool.coroutine)
@@ -108,7 +112,7 @@ def _sync_body(coroutine: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:
 
     @functools.wraps(coroutine)
     def body(*args: Any, **kwargs: Any) -> Any:
-        return _run_sync(coroutine(*args, **kwargs))
+        return run_sync(coroutine(*args, **kwargs))
 
     return body
 
@@ -117,7 +121,7 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
 
 
-def _run_sync(awaitable: Awaitable[Any]) -> Any:
+def run_sync(awaitable: Awaitable[Any]) -> Any:
     """Run a coroutine to the end from sync code: here when no loop runs in this
     thread, else on a fresh thread (a loop cannot be re-entered)."""
     try:

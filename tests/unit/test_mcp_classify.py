@@ -11,8 +11,8 @@ from mcp.shared.exceptions import McpError
 from mcp.types import ErrorData
 
 from langgraph_resilience import FailureClass, ToolError, ToolProfile, classify
-from langgraph_resilience.core.mcp import remote_envelope
-from langgraph_resilience.errors import McpServerDownError, McpToolError
+from langgraph_resilience.core.mcp import Reconnect, reconnect_wait, remote_envelope
+from langgraph_resilience.errors import ConfigurationError, McpServerDownError, McpToolError
 
 
 @pytest.mark.parametrize(
@@ -121,3 +121,34 @@ def test_a_server_down_error_is_structural_and_names_its_tools() -> None:
     assert error.failure_class is FailureClass.STRUCTURAL
     assert error.suggested_action == "use_tool:forecast_b"
     assert "forecast, alerts" in error.message
+
+
+def test_reconnect_backoff_doubles_up_to_its_cap() -> None:
+    """No failure: no wait; then base, 2x base, ... capped at max_delay."""
+    reconnect = Reconnect(base_delay=0.5, max_delay=3)
+    assert [reconnect.delay(n) for n in range(6)] == [0.0, 0.5, 1.0, 2.0, 3.0, 3.0]
+    assert reconnect.delay(10_000) == 3.0
+
+
+def test_reconnect_wait_counts_from_the_last_failure() -> None:
+    """A call 0.2s after the second failure waits the rest of the 1s backoff."""
+    reconnect = Reconnect(base_delay=0.5, max_delay=30)
+    assert reconnect_wait(reconnect, failures=2, failed_at=10.0, now=10.2) == pytest.approx(0.8)
+    assert reconnect_wait(reconnect, failures=2, failed_at=10.0, now=12.0) == 0.0
+    assert reconnect_wait(reconnect, failures=0, failed_at=None, now=12.0) == 0.0
+
+
+@pytest.mark.parametrize(("base", "top"), [(0, 1), (2, 1), (-1, 5)])
+def test_reconnect_rejects_an_impossible_backoff(base: float, top: float) -> None:
+    """A zero or negative base, or a cap below it, is a ConfigurationError saying so."""
+    with pytest.raises(ConfigurationError, match="base_delay <= max_delay"):
+        Reconnect(base_delay=base, max_delay=top)
+
+
+def test_a_terminated_session_is_transient_and_was_not_sent() -> None:
+    """The SDK's 32600: the restarted server does not know the session; a side effect is
+    safe to retry since the request was refused."""
+    terminated = McpError(ErrorData(code=32600, message="Session terminated"))
+    error = classify(terminated, profile=ToolProfile(side_effect=True))
+    assert error.failure_class is FailureClass.TRANSIENT
+    assert error.context["sent"] is False
