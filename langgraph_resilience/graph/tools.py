@@ -363,17 +363,22 @@ class GuardedToolNode(ResilienceNode):
     ) -> Answer:
         """A call its breaker refused. A tool of a down MCP server that the task can do
         without is skipped; the first refusal of a task names the server's tools, the
-        later ones do not repeat them (the agent is told once)."""
+        later ones do not repeat them (the agent is told once). A refusal a fallback
+        will answer names them without counting as told: the agent may never see it."""
         call = request.tool_call
         server = self.guards.servers.get(call["name"])
-        message = in_step.batch.ai.id if in_step is not None else None
-        told = server is not None and (
-            server in told_servers(_messages_of(request, self.messages_key))
-            or (message is not None and not self._told.first(message, server))
-        )
         profile = self.profiles.get(call["name"])
-        skippable = profile is not None and not profile.critical and not profile.fallbacks
-        if server is not None and skippable:
+        rerouted = profile is not None and bool(profile.fallbacks)
+        message = in_step.batch.ai.id if in_step is not None else None
+        told = (
+            server is not None
+            and not rerouted
+            and (
+                server in told_servers(_messages_of(request, self.messages_key))
+                or (message is not None and not self._told.first(message, server))
+            )
+        )
+        if server is not None and profile is not None and not profile.critical and not rerouted:
             tools = [] if told else self.guards.server_tools(server)
             return skipped_message(call, server, tools)
         refused = self.guards.refusal(call["name"], retry_after, told=told)
