@@ -10,11 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
 from langchain_mcp_adapters.client import MultiServerMCPClient
+from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_resilience import McpSessions, Reconnect, ResiliencePolicy
-from langgraph_resilience.testing import FakeClock, text, tool_calls
+from langgraph_resilience import McpSessions, Reconnect, ResilienceMiddleware, ResiliencePolicy
+from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 from tests.conftest import Runner, build_graph
 from tests.mcp.conftest import Calls
 from tests.mcp.processes import HttpServer
@@ -98,3 +100,26 @@ def test_a_server_dead_under_a_session_ends_the_call_with_an_envelope_not_a_hang
     answer = last_answer(out)
     assert answer.status == "error"
     assert json.loads(str(answer.content))["failure_class"] == "transient"
+
+
+def test_create_agent_reconnects_a_restarted_server_through_the_pool(
+    runner: Runner, weather: HttpServer, sessions: McpSessions, clock: FakeClock
+) -> None:
+    """The same restart under `create_agent` + `ResilienceMiddleware`: the call's retry
+    waits out the reconnect backoff and the second session answers."""
+    model = ScriptedChatModel(
+        responses=[tool_calls(("weather_lookup", {"city": "Oslo"})), text("ok")] * 2
+    )
+    agent = create_agent(
+        model,
+        sessions.load_tools(),
+        middleware=[ResilienceMiddleware(clock=clock, policy=ResiliencePolicy(max_attempts=4))],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "sessions-agent"}}
+    runner.invoke(agent, {"messages": [("user", "1")]}, config)
+    weather.kill()
+    weather.start()
+    out = runner.invoke(agent, {"messages": [("user", "2")]}, config)
+    assert "Oslo is sunny" in str(last_answer(out).content)
+    assert sessions.connects("weather") == 2
