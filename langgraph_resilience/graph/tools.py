@@ -219,6 +219,7 @@ class GuardedToolNode(ResilienceNode):
             breaker_open=self.guards.is_open,
             deposit=self.guards.deposit,
             withdraw=self.guards.withdraw,
+            server_of=self.guards.servers.get,
         )
 
     def _check_batch_args(self) -> None:

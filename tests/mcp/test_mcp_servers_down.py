@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 
-from langgraph_resilience import InMemoryBreakerStore, ToolProfile
+from langgraph_resilience import GuardedToolNode, InMemoryBreakerStore, ToolProfile
 from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.testing import FakeClock, text, tool_calls
 from tests.conftest import Runner, build_graph
@@ -84,6 +84,8 @@ def test_a_killed_server_is_learned_once_for_all_its_tools_and_a_restart_closes_
     assert envelope["context"]["server"] == "weather"
     assert envelope["context"]["unavailable_tools"] == WEATHER_TOOLS
     assert calls.by_server["weather"] == 3  # no call reached the dead server
+    node = GuardedToolNode(list(tools.values()), breaker=TRIPPY, breaker_store=store, clock=clock)
+    assert node.servers_down() == {"weather": WEATHER_TOOLS}  # the breaker's state says so
 
     weather.start()
     clock.advance(31)
@@ -177,3 +179,29 @@ def test_degradation_per_tool_and_the_agent_told_once(
     assert len(listed) == 1
     assert out["messages"][-1].content == "done"
     assert h.app.get_state(config).next == ()
+
+
+def test_a_non_critical_tool_is_skipped_once_its_retries_find_the_server_gone(
+    runner: Runner, weather: HttpServer, calls: Calls
+) -> None:
+    """No breaker has opened yet (none at all here): a non-critical tool spends its
+    attempts on the dead server, then is answered as skipped, not as a failure; a
+    critical tool in the same turn gets its TRANSIENT envelope."""
+    tools = mcp_tools({"weather": weather.connection}, calls)
+    turn = tool_calls(("weather_lookup", {"city": "Oslo"}), ("weather_fail", {"order": "A7"}))
+    h = build_graph(
+        list(tools.values()),
+        [turn, text("done")],
+        profiles={"weather_lookup": ToolProfile(critical=False)},
+        options={"breaker": None},
+    )
+    weather.kill()
+    out = runner.invoke(h.app, {"messages": [("user", "go")]}, h.config())
+    issued = {c["id"]: c["name"] for c in out["messages"][1].tool_calls}
+    by_tool = {issued[m.tool_call_id]: m for m in new_answers(out, 0)}
+    assert calls.by_server["weather"] == 6
+    skipped = by_tool["weather_lookup"]
+    assert skipped.status != "error"
+    assert str(skipped.content).startswith("skipped: server weather unavailable")
+    assert body(by_tool["weather_fail"])["failure_class"] == "transient"
+    assert out["messages"][-1].content == "done"
