@@ -107,3 +107,27 @@ def test_a_killed_server_one_breaker_degradation_and_told_once(
     listed = [m for m in by_tool.values() if "unavailable_tools" in str(m.content)]
     assert len(listed) == 1
     assert out["messages"][-1].content == "ok"
+
+
+def test_a_non_critical_tool_is_skipped_after_its_retries_under_the_middleware(
+    runner: Runner, weather: HttpServer, calls: Calls
+) -> None:
+    """No breaker: the non-critical tool's attempts find weather gone, and the agent
+    reads "skipped" for it, the critical one's TRANSIENT envelope beside it."""
+    tools = mcp_tools({"weather": weather.connection}, calls)
+    turn = tool_calls(("weather_lookup", {"city": "Oslo"}), ("weather_fail", {"order": "A7"}))
+    agent = agent_over(
+        tools,
+        [turn, text("done")],
+        clock=FakeClock(),
+        breaker=None,
+        profiles={"weather_lookup": ToolProfile(critical=False)},
+    )
+    weather.kill()
+    out = runner.invoke(agent, {"messages": [("user", "go")]}, config())
+    issued = {c["id"]: c["name"] for c in out["messages"][1].tool_calls}
+    by_tool = {issued[m.tool_call_id]: m for m in answers(out)}
+    assert calls.by_server["weather"] == 6
+    assert str(by_tool["weather_lookup"].content).startswith("skipped: server weather")
+    assert body(by_tool["weather_fail"])["failure_class"] == "transient"
+    assert out["messages"][-1].content == "done"
