@@ -63,6 +63,9 @@ if TYPE_CHECKING:
         SagaLog,
         idempotency_key,
     )
+    from langgraph_resilience.core.mcp import (
+        Reconnect,
+    )
     from langgraph_resilience.core.partial import (
         FailedItem,
         PartialResult,
@@ -93,6 +96,8 @@ if TYPE_CHECKING:
         FailureClass,
         LedgerUnavailableError,
         LoopDetectedError,
+        McpServerDownError,
+        McpToolError,
         OutputValidationError,
         ResilienceError,
         ResilienceWarning,
@@ -114,6 +119,14 @@ if TYPE_CHECKING:
         ESCALATION_TYPE,
         EscalateNode,
         Resolution,
+    )
+    from langgraph_resilience.graph.mcp import (
+        aload_mcp_tools,
+        load_mcp_tools,
+        mcp_server_tool,
+    )
+    from langgraph_resilience.graph.mcp_sessions import (
+        McpSessions,
     )
     from langgraph_resilience.graph.middleware import (
         ResilienceAgentState,
@@ -213,6 +226,11 @@ if TYPE_CHECKING:
     )
 
 _HOMES: dict[str, str] = {
+    "McpSessions": "langgraph_resilience.graph.mcp_sessions",
+    "Reconnect": "langgraph_resilience.core.mcp",
+    "aload_mcp_tools": "langgraph_resilience.graph.mcp",
+    "load_mcp_tools": "langgraph_resilience.graph.mcp",
+    "mcp_server_tool": "langgraph_resilience.graph.mcp",
     "backoff_delay": "langgraph_resilience.core.backoff",
     "BreakerConfig": "langgraph_resilience.core.breaker",
     "BreakerStore": "langgraph_resilience.core.breaker",
@@ -262,6 +280,8 @@ _HOMES: dict[str, str] = {
     "ToolError": "langgraph_resilience.errors",
     "ToolFailure": "langgraph_resilience.errors",
     "ToolGoneError": "langgraph_resilience.errors",
+    "McpServerDownError": "langgraph_resilience.errors",
+    "McpToolError": "langgraph_resilience.errors",
     "EVENT_KEY": "langgraph_resilience.events",
     "Event": "langgraph_resilience.events",
     "Bulkhead": "langgraph_resilience.graph.bulkhead",
@@ -361,6 +381,9 @@ __all__ = [
     "Ledger",
     "LedgerUnavailableError",
     "LoopDetectedError",
+    "McpServerDownError",
+    "McpSessions",
+    "McpToolError",
     "OutcomeUnknownError",
     "OutputValidationError",
     "PartialResult",
@@ -375,6 +398,7 @@ __all__ = [
     "PostgresIdempotencyStore",
     "PostgresRetryBudgetStore",
     "PostgresSagaLog",
+    "Reconnect",
     "RepairNode",
     "ResilienceAgentState",
     "ResilienceError",
@@ -406,6 +430,7 @@ __all__ = [
     "Verdict",
     "acompensate_thread",
     "add_resilience",
+    "aload_mcp_tools",
     "aopen_postgres",
     "aresume",
     "asettle_stale",
@@ -423,6 +448,8 @@ __all__ = [
     "http_status",
     "idempotency_key",
     "list_threads",
+    "load_mcp_tools",
+    "mcp_server_tool",
     "merge_ledger",
     "next_step",
     "open_postgres",

@@ -9,11 +9,14 @@ Exception tree (the subclasses defined next to the code that raises them)::
     Exception
     ├── ResilienceError                 base of everything raised at run time
     │   ├── ToolFailure                 a tool raises it on purpose, carrying a ToolError
-    │   │   └── BulkheadFullError       (breaker.py) no slot in a tool's bulkhead: TRANSIENT
+    │   │   ├── BulkheadFullError       (breaker.py) no slot in a tool's bulkhead: TRANSIENT
+    │   │   └── McpReconnectingError    (mcp_sessions.py) a dropped MCP session's backoff
     │   ├── RetryExhaustedError         .last_error: the final ToolError
     │   ├── LoopDetectedError           .call_key: the repeated call
     │   ├── OutputValidationError       .problems: why a "successful" result is wrong
     │   ├── CircuitOpenError            .retry_after: seconds until half-open
+    │   │   └── McpServerDownError      .server, .tools: an MCP server's breaker is open
+    │   ├── McpToolError                .content: an MCP tool answered ``isError: true``
     │   ├── ToolGoneError               .tool: answered STRUCTURAL earlier in the thread
     │   ├── PlanError                   (replan.py) an unusable plan
     │   │   ├── PlanReferenceError      .reference: a $steps reference that cannot resolve
@@ -46,6 +49,8 @@ __all__ = [
     "FailureClass",
     "LedgerUnavailableError",
     "LoopDetectedError",
+    "McpServerDownError",
+    "McpToolError",
     "OutputValidationError",
     "ResilienceError",
     "ResilienceWarning",
@@ -183,6 +188,31 @@ class CircuitOpenError(ResilienceError):
         super().__init__(f"circuit {key!r} is open; retry after {retry_after:.3f}s")
         self.key = key
         self.retry_after = retry_after
+
+
+class McpServerDownError(CircuitOpenError):
+    """An MCP server's breaker is open (the server is declared down): every tool it
+    serves fails fast. ``.tools`` names them, so the agent can be told once."""
+
+    def __init__(self, server: str, key: str, retry_after: float, tools: list[str]) -> None:
+        super().__init__(key, retry_after)
+        listed = ", ".join(tools) if tools else "its tools"
+        self.args = (
+            f"MCP server {server!r} is unavailable (circuit open; retry after "
+            f"{retry_after:.3f}s): {listed} cannot be used now",
+        )
+        self.server = server
+        self.tools = tools
+
+
+class McpToolError(ResilienceError):
+    """An MCP tool ran and reported a failure (``isError: true``): the tool's own
+    failure, not the protocol's. ``.content`` is its text, which may be an envelope."""
+
+    def __init__(self, content: str, *, server: str | None = None) -> None:
+        super().__init__(content or "MCP tool returned an error with empty content")
+        self.content = content
+        self.server = server
 
 
 class ToolGoneError(ResilienceError):

@@ -24,14 +24,13 @@ Users extend the table by putting their own rules first::
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import difflib
 import email.utils
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.exceptions import (
@@ -47,8 +46,10 @@ from langchain_core.tools import ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
+from langgraph_resilience.core.mcp import MCP_RULES
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.redaction import redact, redact_value
+from langgraph_resilience.core.verdict import Rule, Verdict
 from langgraph_resilience.errors import (
     AttemptAbandoned,
     CircuitOpenError,
@@ -73,21 +74,6 @@ __all__ = [
 _MAX_MESSAGE = 500
 _MAX_BODY = 300
 _MAX_CHAIN = 6
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Verdict:
-    """What a rule decided about one exception."""
-
-    failure_class: FailureClass
-    suggested_action: str
-    retriable: bool = False
-    retry_after_ms: int | None = None
-    context: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-
-Rule = Callable[[BaseException, ToolProfile | None], Verdict | None]
-"""An ordered classification rule: return a `Verdict`, or None to pass."""
 
 
 # --------------------------------------------------------------------- evidence
@@ -232,8 +218,17 @@ def circuit_rule(error: BaseException, profile: ToolProfile | None) -> Verdict |
         FailureClass.STRUCTURAL,
         f"use_tool:{fallbacks[0]}" if fallbacks else "ask_human",
         retry_after_ms=math.ceil(round(error.retry_after * 1000, 6)),
-        context={"breaker": "open", "breaker_key": error.key},
+        context={"breaker": "open", "breaker_key": error.key, **_server_down(error)},
     )
+
+
+def _server_down(error: CircuitOpenError) -> dict[str, Any]:
+    """An MCP server's open breaker: the server, and the tools it took down."""
+    server = getattr(error, "server", None)
+    if not isinstance(server, str):
+        return {}
+    tools = getattr(error, "tools", None) or []
+    return {"server": server, "unavailable_tools": list(tools)} if tools else {"server": server}
 
 
 def gone_rule(error: BaseException, profile: ToolProfile | None) -> Verdict | None:
@@ -405,6 +400,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     circuit_rule,
     gone_rule,
     output_rule,
+    *MCP_RULES,
     http_status_rule,
     model_error_rule,
     rate_limit_rule,
@@ -426,10 +422,20 @@ def _chain(error: BaseException) -> list[BaseException]:
     current: BaseException | None = error
     while current is not None and current not in chain and len(chain) < _MAX_CHAIN:
         chain.append(current)
-        current = current.__cause__ or (
-            None if current.__suppress_context__ else current.__context__
+        current = (
+            _group_leaf(current)
+            or current.__cause__
+            or (None if current.__suppress_context__ else current.__context__)
         )
     return chain
+
+
+def _group_leaf(error: BaseException) -> BaseException | None:
+    """An exception group's first `Exception` (anyio task groups, as MCP's clients use,
+    wrap the real failure, e.g. a refused connection, in one): that is the evidence."""
+    if isinstance(error, BaseExceptionGroup):
+        return next((e for e in error.exceptions if isinstance(e, Exception)), None)
+    return None
 
 
 def _side_effect_adjusted(verdict: Verdict, error: BaseException) -> Verdict:

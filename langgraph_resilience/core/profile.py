@@ -60,6 +60,16 @@ class ToolProfile:
     """The circuit breaker this tool reports to (default: the tool name); tools on one
     upstream host can share a key and so a breaker."""
 
+    server: str | None = None
+    """The MCP server serving the tool (tools loaded by `aload_mcp_tools` are tagged
+    with theirs): its breaker is then the server's, ``mcp:<server>``, unless
+    `breaker_key` says otherwise, and a refusal names the server's other tools."""
+
+    critical: bool = True
+    """False: the task can do without this tool. While its server is down (its breaker
+    open) a call is answered "skipped: server X unavailable", a result the model can
+    plan around, instead of a failure. A `fallback` is tried first."""
+
     max_concurrent: int | None = None
     """Bulkhead: at most this many calls of the tool in flight at once."""
 
@@ -99,6 +109,10 @@ class ToolProfile:
         return (self.fallback,) if isinstance(self.fallback, str) else tuple(self.fallback)
 
     def __post_init__(self) -> None:
+        if self.server is not None and not (isinstance(self.server, str) and self.server):
+            raise ConfigurationError(
+                f"ToolProfile.server must name an MCP server, got {self.server!r}"
+            )
         object.__setattr__(self, "max_wait", seconds(self.max_wait, field="max_wait"))
         if float(self.max_wait) < 0:  # type: ignore[arg-type]
             raise ConfigurationError("ToolProfile.max_wait must be >= 0 seconds")

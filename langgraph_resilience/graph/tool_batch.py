@@ -74,6 +74,8 @@ class ToolSettings:
     """A first attempt earns retry tokens in the shared retry budget."""
     withdraw: Callable[[str, float], bool]
     """May this call retry? False when the shared retry budget is empty."""
+    server_of: Callable[[str], str | None] = lambda tool: None
+    """The MCP server serving a tool, or None (not an MCP tool)."""
 
     def max_attempts(self, tool: str) -> int:
         """The tool's `max_attempts`: its profile's, else the policy's."""

@@ -22,7 +22,7 @@ from langgraph_resilience.core.clock import Clock
 from langgraph_resilience.core.flow import Call, Flow
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
-from langgraph_resilience.errors import FailureClass
+from langgraph_resilience.errors import CircuitOpenError, FailureClass, McpServerDownError
 from langgraph_resilience.graph.answers import BreakerReport
 from langgraph_resilience.graph.bulkhead import Bulkhead
 from langgraph_resilience.graph.exactly_once import Effect, outcome_of
@@ -55,8 +55,11 @@ class ToolGuards:
         breaker_store: BreakerStore | None,
         retry_budget: RetryBudget | None,
         retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None,
+        servers: Mapping[str, str] | None = None,
     ) -> None:
         self.policy, self.clock, self.profiles = policy, clock, profiles
+        self.servers = dict(servers or {})
+        """The MCP server of each MCP tool, by tool name (the node adds tools it learns)."""
         self.breaker = breaker
         self.counted = breaker.counted_classes if breaker is not None else frozenset()
         # `is None`, not `or`: a store may define __len__, and an empty one is falsy
@@ -76,9 +79,39 @@ class ToolGuards:
     # ------------------------------------------------------------ breakers
 
     def breaker_key(self, tool: str) -> str:
-        """The breaker a tool reports to: its profile's `breaker_key`, else its name."""
+        """The breaker a tool reports to: its profile's `breaker_key`, else its MCP
+        server's (``mcp:<server>``: a dead server takes all its tools down at once),
+        else its name."""
         profile = self.profiles.get(tool)
-        return profile.breaker_key if profile is not None and profile.breaker_key else tool
+        if profile is not None and profile.breaker_key:
+            return profile.breaker_key
+        server = self.servers.get(tool)
+        return f"mcp:{server}" if server else tool
+
+    def server_tools(self, server: str) -> list[str]:
+        """The tools an MCP server serves (and so takes down with it), sorted."""
+        return sorted(name for name, s in self.servers.items() if s == server)
+
+    def servers_down(self) -> dict[str, list[str]]:
+        """The MCP servers whose breaker is open now, each with the tools it took down."""
+        if self.breaker is None:
+            return {}
+        down: dict[str, list[str]] = {}
+        for server in sorted(set(self.servers.values())):
+            tools = self.server_tools(server)
+            if tools and self.is_open(tools[0]):
+                down[server] = tools
+        return down
+
+    def refusal(self, tool: str, retry_after: float, *, told: bool = False) -> CircuitOpenError:
+        """The error of a call its breaker refused: an MCP server's names its tools
+        (none once the agent was told of them, `told`)."""
+        key, server = self.breaker_key(tool), self.servers.get(tool)
+        if server is None:
+            return CircuitOpenError(key, retry_after)
+        return McpServerDownError(
+            server, key, retry_after, [] if told else self.server_tools(server)
+        )
 
     def breaker_states(self, tools: Sequence[str]) -> dict[str, str]:
         """Each tool's breaker status now (closed / open / half_open), for the planner."""

@@ -32,6 +32,7 @@ from langgraph_resilience.graph.answers import (
     with_done_items,
     with_trail,
 )
+from langgraph_resilience.graph.mcp import skipped_message
 from langgraph_resilience.graph.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
@@ -421,11 +422,26 @@ def _carry_out(
         step.count("repair_needed")
         record["status"] = "repair"
     else:
-        _give_up(step, record, error, decision)
+        _give_up(step, record, error, decision, skip=_skippable(cfg, record["tool"], error))
 
 
-def _give_up(step: Step, record: CallRecord, error: ToolError, decision: Decision) -> None:
-    """Answer the call with its envelope: the agent decides what to do next."""
+def _skippable(cfg: ToolSettings, tool: str, error: ToolError) -> str | None:
+    """The MCP server a non-critical tool's failure shows unreachable (its connection or
+    session lost, its breaker open), so the call is answered as skipped; else None."""
+    server, profile = cfg.server_of(tool), cfg.profiles.get(tool)
+    if server is None or profile is None or profile.critical:
+        return None
+    context = error.context
+    lost = context.get("connection") or context.get("session") or context.get("breaker")
+    reconnecting = context.get("mcp") in ("session_closed", "reconnecting")
+    return server if lost or reconnecting else None
+
+
+def _give_up(
+    step: Step, record: CallRecord, error: ToolError, decision: Decision, *, skip: str | None
+) -> None:
+    """Answer the call with its envelope (the agent decides what to do next), or as
+    skipped when it is a non-critical tool of an unreachable MCP server (`skip`)."""
     step.count("gave_up")
     emit(
         Event(
@@ -446,6 +462,10 @@ def _give_up(step: Step, record: CallRecord, error: ToolError, decision: Decisio
     unknown = error.context.get("idempotency_key") or record.get("effect_key")
     if error.failure_class is FailureClass.UNKNOWN and unknown:
         step.informed[str(unknown)] = str(step.task.get("id", ""))
+    if skip is not None:
+        call = ToolCall(name=record["tool"], args={}, id=error.call_id, type="tool_call")
+        step.messages.append(skipped_message(call, skip, []))
+        return
     step.messages.append(error_message(error, exhausted=decision.exhausted))
 
 

@@ -51,7 +51,6 @@ from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.validation import Coercion, check_output, coerce_args
 from langgraph_resilience.errors import (
-    CircuitOpenError,
     ConfigurationError,
     FailureClass,
     LedgerUnavailableError,
@@ -80,6 +79,13 @@ from langgraph_resilience.graph.exactly_once import (
     exactly_once,
 )
 from langgraph_resilience.graph.in_flight import executing
+from langgraph_resilience.graph.mcp import (
+    ToldOnce,
+    is_error_of,
+    servers_of,
+    skipped_message,
+    told_servers,
+)
 from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
 from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
@@ -190,6 +196,8 @@ class GuardedToolNode(ResilienceNode):
             awrap_tool_call=self._awrap,
         )
         self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
+        self.guards.servers.update(servers_of(self.tools_by_name.values(), self.profiles))
+        self._told = ToldOnce()
         self._check_batch_args()
         self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
         """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
@@ -211,6 +219,7 @@ class GuardedToolNode(ResilienceNode):
             breaker_open=self.guards.is_open,
             deposit=self.guards.deposit,
             withdraw=self.guards.withdraw,
+            server_of=self.guards.servers.get,
         )
 
     def _check_batch_args(self) -> None:
@@ -238,15 +247,25 @@ class GuardedToolNode(ResilienceNode):
             if tool.name not in self.tools_by_name:
                 self.tools_by_name[tool.name] = tool
                 self._schemas[tool.name] = tool.tool_call_schema
+        self.guards.servers.update(servers_of(tools, {}))
 
     def breaker_states(self) -> dict[str, str]:
         """Each tool's breaker status now (closed / open / half_open), for the planner."""
         return self.guards.breaker_states(list(self.tools_by_name))
 
+    def servers_down(self) -> dict[str, list[str]]:
+        """The MCP servers declared down (breaker open) now, with the tools each took
+        down: ``{"weather": ["forecast", "lookup"]}``."""
+        return self.guards.servers_down()
+
     # ------------------------------------------------------------ one call
 
     def _checked(self, call: ToolCall, result: Any) -> Answer:
-        """Apply the tool's output contract to a result that looks successful."""
+        """Apply the tool's output contract to a result that looks successful; an MCP
+        tool's error result (``isError``, flattened by the adapters) is its failure."""
+        server = self.guards.servers.get(call["name"])
+        if isinstance(result, ToolMessage) and result.status == "error" and server:
+            raise is_error_of(result, server)
         if isinstance(result, ToolMessage) and result.status != "error":
             profile = self.profiles.get(call["name"])
             if profile is not None and profile.batch_arg and as_partial_result(result.content):
@@ -311,8 +330,7 @@ class GuardedToolNode(ResilienceNode):
             return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
         ticket = yield from self.guards.admit(call["name"])
         if isinstance(ticket, float):
-            refused = CircuitOpenError(self.guards.breaker_key(call["name"]), ticket)
-            return self._raised(call, refused, executed=False)
+            return self._refused(request, ticket, in_step)
         admitted = ticket
         profile = self.profiles.get(call["name"])
         effect = None
@@ -340,6 +358,32 @@ class GuardedToolNode(ResilienceNode):
         if admitted is not None:
             yield self.guards.succeeded(admitted)
         return result
+
+    def _refused(
+        self, request: ToolCallRequest, retry_after: float, in_step: _InStep | None
+    ) -> Answer:
+        """A call its breaker refused. A tool of a down MCP server that the task can do
+        without is skipped; the first refusal of a task names the server's tools, the
+        later ones do not repeat them (the agent is told once). A refusal a fallback
+        will answer names them without counting as told: the agent may never see it."""
+        call = request.tool_call
+        server = self.guards.servers.get(call["name"])
+        profile = self.profiles.get(call["name"])
+        rerouted = profile is not None and bool(profile.fallbacks)
+        message = in_step.batch.ai.id if in_step is not None else None
+        told = (
+            server is not None
+            and not rerouted
+            and (
+                server in told_servers(_messages_of(request, self.messages_key))
+                or (message is not None and not self._told.first(message, server))
+            )
+        )
+        if server is not None and profile is not None and not profile.critical and not rerouted:
+            tools = [] if told else self.guards.server_tools(server)
+            return skipped_message(call, server, tools)
+        refused = self.guards.refusal(call["name"], retry_after, told=told)
+        return self._raised(call, refused, executed=False)
 
     def _effect_run(
         self, call: ToolCall, request: ToolCallRequest, run: Callable[..., Call]
@@ -512,6 +556,15 @@ class in_step:  # noqa: N801 - a context manager, used like a function
 
     def __exit__(self, *exc: object) -> None:
         _STEP.set(self.previous)
+
+
+def _messages_of(request: ToolCallRequest, messages_key: str) -> list[Any]:
+    """The messages of the state a call runs in (a dict, or a state object)."""
+    state = getattr(request, "state", None)
+    found = (
+        state.get(messages_key) if isinstance(state, dict) else getattr(state, messages_key, None)
+    )
+    return list(found) if isinstance(found, list) else []
 
 
 def _effect_of(

@@ -8,7 +8,16 @@ import sys
 
 import pytest
 
-HEAVY = ("langgraph", "langchain_core", "psycopg", "psycopg_pool", "pydantic", "rich")
+HEAVY = (
+    "langgraph",
+    "langchain_core",
+    "psycopg",
+    "psycopg_pool",
+    "pydantic",
+    "rich",
+    "mcp",
+    "langchain_mcp_adapters",
+)
 
 
 def imported_by(*args: str) -> set[str]:
@@ -45,3 +54,10 @@ def test_nothing_heavy_is_imported(args: tuple[str, ...]) -> None:
 def test_a_name_is_imported_on_first_use() -> None:
     """Touching a name imports its home (and what it needs), and nothing before."""
     assert "langgraph" in imported_by("-c", "import langgraph_resilience as l; l.add_resilience")
+
+
+def test_the_mcp_extra_is_imported_only_by_what_serves_or_loads_mcp_tools() -> None:
+    """A graph without MCP tools never imports the optional mcp extra, even though
+    the tools node knows MCP tools (graph/mcp.py imports it only when serving)."""
+    script = "import langgraph_resilience as l; l.add_resilience; l.GuardedToolNode; l.McpSessions"
+    assert imported_by("-c", script) & {"mcp", "langchain_mcp_adapters"} == set()

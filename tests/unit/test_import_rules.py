@@ -33,6 +33,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "langgraph.prebuilt",
         "langgraph.checkpoint",
         "langgraph.types",
+        "mcp",
+        "langchain_mcp_adapters",
+        "anyio",
         "benchmarks",
     ),
     "stores": (
