@@ -22,6 +22,7 @@ ledger said (`recorded_effects` reads it); on a clean thread it writes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +162,56 @@ def recorded_effects(
     return found
 
 
+@dataclasses.dataclass
+class _Answers:
+    """What `answer_pending` builds: the history, the settled records, the told effects."""
+
+    task: str
+    patched: list[AnyMessage] = dataclasses.field(default_factory=list)
+    settled: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
+    informed: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def answer(
+        self, slot: str, call: Mapping[str, Any], record: CallRecord | None,
+        effect: IdempotencyRecord | None,
+    ) -> None:  # fmt: skip
+        """One unanswered call: a side effect from its ledger record (its result, or
+        UNKNOWN while it may still run), else the envelope of why it was not run."""
+        if effect is not None and effect.status == "done":
+            self.patched.append(replayed(call, effect.result, effect.key))  # type: ignore[arg-type]
+            if record is not None:
+                self.settled[slot] = {**record, "status": "ok", "due": None}
+            return
+        if effect is not None and effect.status == "pending":
+            error = _unknown(call, effect)
+            self.informed[effect.key] = self.task
+        else:
+            error = _envelope(call, record)
+        self.patched.append(error_message(error))
+        if record is not None:
+            self.settled[slot] = {**record, "status": "failed", "due": None}
+        reason = next(iter(error.context))
+        emit(Event("call_cancelled", tool=error.tool, call_id=error.call_id, reason=reason))
+
+
+def _pending_of(
+    messages: Sequence[AnyMessage], message: AIMessage, ai_index: int
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The calls of one assistant message (valid and invalid) still without an answer."""
+    answered = _answered_before_next_ai(messages, ai_index)
+    pending: list[tuple[str, Mapping[str, Any]]] = [
+        (call_slot(message, ai_index, position), call)
+        for position, call in enumerate(message.tool_calls)
+        if call.get("id") and call["id"] not in answered
+    ]
+    pending += [
+        (call_slot(message, ai_index, position, invalid=True), bad)
+        for position, bad in enumerate(message.invalid_tool_calls)
+        if bad.get("id") and bad["id"] not in answered
+    ]
+    return pending
+
+
 def answer_pending(
     messages: Sequence[AnyMessage],
     ledger: Ledger,
@@ -172,58 +223,23 @@ def answer_pending(
     the unanswered side effects, by slot (`recorded_effects`)."""
     calls = ledger.get("calls") or {}
     recorded = recorded or {}
-    task = current_task(list(messages))
-    patched: list[AnyMessage] = []
-    settled: dict[str, CallRecord] = {}
-    informed: dict[str, str] = {}
+    out = _Answers(task=current_task(list(messages)))
     index = 0
     while index < len(messages):
         message = messages[index]
-        patched.append(message)
+        out.patched.append(message)
         index += 1
         if not isinstance(message, AIMessage):
             continue
         ai_index = index - 1
         while index < len(messages) and isinstance(messages[index], ToolMessage):
-            patched.append(messages[index])
+            out.patched.append(messages[index])
             index += 1
-        answered = _answered_before_next_ai(messages, ai_index)
-        pending = [
-            (call_slot(message, ai_index, position), call)
-            for position, call in enumerate(message.tool_calls)
-            if call.get("id") and call["id"] not in answered
-        ]
-        pending += [
-            (call_slot(message, ai_index, position, invalid=True), bad)  # type: ignore[misc]
-            for position, bad in enumerate(message.invalid_tool_calls)
-            if bad.get("id") and bad["id"] not in answered
-        ]
-        for slot, call in pending:
-            record, effect = calls.get(slot), recorded.get(slot)
-            if effect is not None and effect.status == "done":
-                patched.append(replayed(call, effect.result, effect.key))
-                if record is not None:
-                    settled[slot] = {**record, "status": "ok", "due": None}
-                continue
-            if effect is not None and effect.status == "pending":
-                error = _unknown(call, effect)
-                informed[effect.key] = task
-            else:
-                error = _envelope(call, record)
-            patched.append(error_message(error))
-            if record is not None:
-                settled[slot] = {**record, "status": "failed", "due": None}
-            emit(
-                Event(
-                    "call_cancelled",
-                    tool=error.tool,
-                    call_id=error.call_id,
-                    reason=next(iter(error.context)),
-                )
-            )
-    if len(patched) == len(messages):
+        for slot, call in _pending_of(messages, message, ai_index):
+            out.answer(slot, call, calls.get(slot), recorded.get(slot))
+    if len(out.patched) == len(messages):
         return None
-    return patched, settled, informed
+    return out.patched, out.settled, out.informed
 
 
 class AnswerPendingNode(ResilienceNode):
