@@ -130,3 +130,33 @@ def test_both_workers_share_one_breaker(cluster: Cluster) -> None:
         keys = [row[0] for row in conn.execute("SELECT key FROM lgr_breakers").fetchall()]
     assert keys == ["refund"]
     assert _breaker_window(cluster.dsn, "refund") == (4, 0)
+
+
+def _lookups(worker: Any, order: str) -> int:
+    """Executions of ``lookup(order)`` in `worker` (one marker file each)."""
+    return len(list(worker.control.glob(f"lookup-{order}-*")))
+
+
+def test_an_outage_one_worker_learns_is_the_other_workers_open_breaker(cluster: Cluster) -> None:
+    """The order service goes down: a run on one worker fails its lookups and opens the
+    shared breaker; that worker dies; on the survivor a new thread's lookup is refused
+    without reaching the service (one breaker for both), answered to the agent with the
+    breaker's retry_after, not sent to a human."""
+    for worker in cluster.workers:
+        (worker.control / "outage").write_text("x")
+    client = cluster.workers[0].client()
+    thread_id, run_id = _start(client, "shared_trippy", "lookup A1")
+    assert _finished(client, thread_id, run_id, timeout=60) == "success"
+    (learned,) = [w for w in cluster.workers if _lookups(w, "A1")]
+    assert _lookups(learned, "A1") == 2  # both attempts reached the service
+    survivor = cluster.other(learned)
+    learned.stop(signal.SIGKILL)
+
+    client = survivor.client()
+    thread_id, run_id = _start(client, "shared_trippy", "lookup B2")
+    assert _finished(client, thread_id, run_id, timeout=60) == "success"
+    assert _lookups(survivor, "B2") == 0  # refused by the breaker the other worker opened
+    state = client.threads.get_state(thread_id)
+    tool = next(m for m in state["values"]["messages"] if m["type"] == "tool")
+    assert '"type":"CircuitOpenError"' in tool["content"]
+    assert not state["next"]  # the thread is done: nobody waits for a human

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import uuid
 from typing import Any
 
 import psycopg
@@ -30,7 +31,9 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_resilience import (
+    BreakerConfig,
     ResilienceMiddleware,
+    ResiliencePolicy,
     ResilienceState,
     ToolProfile,
     add_resilience,
@@ -64,9 +67,9 @@ def policy(messages: list[Any]) -> AIMessage:
     last = messages[-1]
     if isinstance(last, HumanMessage):
         words = last.text.split()
-        if words and words[0] in ("refund", "goodwill"):
+        if words and words[0] in ("refund", "goodwill", "lookup"):
             args: dict[str, Any] = (
-                {"order": words[-1]} if words[0] == "refund" else {"amount": int(words[-1])}
+                {"amount": int(words[-1])} if words[0] == "goodwill" else {"order": words[-1]}
             )
             return tool_calls((words[0], args))
         return _reissued_or_reported(messages)
@@ -95,6 +98,15 @@ async def refund(order: str) -> str:
             break
         await asyncio.sleep(0.05)
     return f"refunded {order}"
+
+
+@tool
+def lookup(order: str) -> str:
+    """Look an order up (read-only); answers 503 while ``LGR_CONTROL/outage`` exists."""
+    (CONTROL / f"lookup-{order}-{os.getpid()}-{uuid.uuid4().hex[:6]}").write_text("x")
+    if (CONTROL / "outage").exists():
+        raise FakeHTTPError(503, body="order service down")
+    return f"order {order}: shipped"
 
 
 @tool
@@ -134,7 +146,7 @@ def _ours(**stores: Any) -> Any:
     builder = _builder()
     add_resilience(
         builder,
-        tools=[refund, goodwill],
+        tools=[refund, goodwill, lookup],
         agent="agent",
         profiles=PROFILES,
         escalate=True,
@@ -166,3 +178,19 @@ async def shared(config: RunnableConfig) -> Any:
     stores = await ashared_postgres(os.environ["LGR_SHARED_DSN"])
     await asyncio.to_thread(_note_opened, id(stores))
     return _ours(idempotency=stores.idempotency, saga=stores.saga, breaker_store=stores.breakers)
+
+
+TRIPPY = BreakerConfig(minimum_calls=1, window_size=1, open_duration=300)
+"""Opens on one failed call: the outage test learns an outage at once."""
+
+
+async def shared_trippy(config: RunnableConfig) -> Any:
+    """`shared` with a breaker one failed call opens (the outage test)."""
+    stores = await ashared_postgres(os.environ["LGR_SHARED_DSN"])
+    return _ours(
+        idempotency=stores.idempotency,
+        saga=stores.saga,
+        breaker_store=stores.breakers,
+        breaker=TRIPPY,
+        policy=ResiliencePolicy(max_attempts=2),
+    )
