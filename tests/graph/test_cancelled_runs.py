@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
@@ -121,3 +122,40 @@ async def test_a_file_backed_in_memory_saver_gets_a_ledger_file_beside_it(tmp_pa
     with sqlite3.connect(tmp_path / LEDGER_FILE) as check:
         rows = check.execute("SELECT tool, status FROM lgr_idempotency").fetchall()
     assert rows == [("refund", "done")]
+
+
+async def test_a_sync_tools_effect_lands_after_the_cancel_too() -> None:
+    """A sync tool of an async run runs in a worker thread, which a cancel cannot stop:
+    its outcome is recorded when the thread returns, and the call is answered with it."""
+    done: list[str] = []
+    release, started = threading.Event(), threading.Event()
+
+    @tool
+    def refund(order: str) -> str:
+        """Refund an order."""
+        started.set()
+        release.wait(10)
+        done.append(order)
+        return f"refunded {order}"
+
+    h = build_graph(
+        [refund],
+        [tool_calls(("refund", {"order": "A1"})), text("ok")],
+        profiles={"refund": ToolProfile(side_effect=True)},
+    )
+    config = h.config()
+    run = asyncio.ensure_future(h.app.ainvoke({"messages": [("user", "refund A1")]}, config))
+    await asyncio.to_thread(started.wait, 5)
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+    release.set()
+    for _ in range(200):
+        if done:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # the outcome write is a task of its own, after the thread
+
+    result = await h.app.ainvoke({"messages": [HumanMessage("and?")]}, config)
+    answer = next(m for m in result["messages"] if isinstance(m, ToolMessage))
+    assert answer.text == "refunded A1"
+    assert done == ["A1"]
