@@ -20,6 +20,8 @@ from langgraph.types import Command, StateSnapshot
 from langgraph_sdk.client import LangGraphClient, SyncLangGraphClient
 from langgraph_sdk.errors import ConflictError, NotFoundError
 
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import ThreadBusyError
 
 __all__ = [
@@ -38,6 +40,7 @@ DEFAULT_ASSISTANT = "agent"
 """The graph name `resume` runs when a client is given without ``assistant_id``."""
 
 _PAGE = 1000
+_NEVER_SLEEPS = SystemClock()
 
 
 def as_remote(target: Any, assistant_id: str | None = None) -> RemoteGraph | None:
@@ -119,29 +122,25 @@ def _async_client(target: Server) -> LangGraphClient:
     return client
 
 
-def list_remote_threads(target: Server, limit: int | None) -> list[str]:
-    """The server's thread ids, most recently updated first (paged ``threads.search``)."""
-    client, found = _sync_client(target), list[str]()
+def _listing(search: Any, limit: int | None) -> Flow[list[str]]:
+    """Page through ``threads.search`` (the sync or the async client's), most recently
+    updated first: `list_remote_threads` drives it, `alist_remote_threads` awaits it."""
+    found: list[str] = []
     while limit is None or len(found) < limit:
         size = _PAGE if limit is None else min(_PAGE, limit - len(found))
-        page = client.threads.search(
-            limit=size, offset=len(found), sort_by="updated_at", sort_order="desc"
-        )
+        options = {"limit": size, "offset": len(found), "sort_by": "updated_at"}
+        page = yield Call(search, None, (), {**options, "sort_order": "desc"})
         found += [str(thread["thread_id"]) for thread in page]
         if len(page) < size:
             break
     return found
+
+
+def list_remote_threads(target: Server, limit: int | None) -> list[str]:
+    """The server's thread ids, most recently updated first (paged ``threads.search``)."""
+    return drive(_listing(_sync_client(target).threads.search, limit), _NEVER_SLEEPS)
 
 
 async def alist_remote_threads(target: Server, limit: int | None) -> list[str]:
     """Async `list_remote_threads`."""
-    client, found = _async_client(target), list[str]()
-    while limit is None or len(found) < limit:
-        size = _PAGE if limit is None else min(_PAGE, limit - len(found))
-        page = await client.threads.search(
-            limit=size, offset=len(found), sort_by="updated_at", sort_order="desc"
-        )
-        found += [str(thread["thread_id"]) for thread in page]
-        if len(page) < size:
-            break
-    return found
+    return await adrive(_listing(_async_client(target).threads.search, limit), _NEVER_SLEEPS)

@@ -68,44 +68,35 @@ def _aged(record: IdempotencyRecord) -> IdempotencyRecord:
     return dataclasses.replace(record, age_s=max(0.0, age))
 
 
-class _Exists:
-    """Whether a thread exists, on a checkpointer or a server (sync and async)."""
+def _needs_sync_client(thread_id: str) -> Any:
+    raise TypeError("settle_stale needs a sync client: get_sync_client(url=...)")
 
-    def __init__(self, threads: Threads) -> None:
-        self.threads = threads
-        self.remote = as_remote(threads)
 
-    def sync(self, thread_id: str) -> bool:
-        if self.remote is not None:
-            client = self.remote.sync_client
-            assert client is not None, "settle_stale needs a sync client"
-            try:
-                client.threads.get(thread_id)
-            except NotFoundError:
-                return False
-            return True
-        if isinstance(self.threads, BaseCheckpointSaver):
-            config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-            return self.threads.get_tuple(config) is not None  # type: ignore[arg-type]
-        return bool(self.threads(thread_id))  # type: ignore[operator]
-
-    async def asynchronous(self, thread_id: str) -> bool:
-        if self.remote is not None:
-            client = self.remote.client
-            assert client is not None, "asettle_stale needs an async client"
-            try:
-                await client.threads.get(thread_id)
-            except NotFoundError:
-                return False
-            return True
-        if isinstance(self.threads, BaseCheckpointSaver):
-            config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-            return await self.threads.aget_tuple(config) is not None  # type: ignore[arg-type]
-        return bool(self.threads(thread_id))  # type: ignore[operator]
+def _exists(threads: Threads, thread_id: str) -> Flow[bool]:
+    """Whether a thread exists: on a server (its API), a checkpointer (its latest
+    checkpoint) or by the caller's predicate. One flow for `drive` and `adrive`."""
+    remote = as_remote(threads)
+    if remote is not None:
+        sync, asynchronous = remote.sync_client, remote.client
+        get = Call(
+            sync.threads.get if sync is not None else _needs_sync_client,
+            asynchronous.threads.get if asynchronous is not None else None,
+            (thread_id,),
+        )
+        try:
+            yield get
+        except NotFoundError:
+            return False
+        return True
+    if isinstance(threads, BaseCheckpointSaver):
+        config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        found = yield Call(threads.get_tuple, threads.aget_tuple, (config,))
+        return found is not None
+    return bool(threads(thread_id))  # type: ignore[operator]
 
 
 def _settling(
-    store: IdempotencyStore, exists: _Exists, grace: float, ttl: float, limit: int | None
+    store: IdempotencyStore, threads: Threads, grace: float, ttl: float, limit: int | None
 ) -> Flow[list[SettledIntent]]:
     pending: list[IdempotencyRecord] = yield Call(
         store.list_pending, store.alist_pending, (grace,), {"limit": limit}
@@ -115,7 +106,7 @@ def _settling(
     for found in pending:
         record, thread_id = _aged(found), found.thread_id or ""
         if thread_id not in known:
-            known[thread_id] = yield Call(exists.sync, exists.asynchronous, (thread_id,))
+            known[thread_id] = yield from _exists(threads, thread_id)
         reason = stale_reason(record, thread_exists=known[thread_id], grace=grace, ttl=ttl)
         if reason is None:
             continue
@@ -141,7 +132,7 @@ def settle_stale(
     """Settle the ledger's stale pending intents (the rule in the module docs); returns
     what it settled. An intent of a thread that exists and is younger than `ttl` is
     left to its thread."""
-    flow = _settling(idempotency, _Exists(threads), _seconds(grace), _seconds(ttl), limit)
+    flow = _settling(idempotency, threads, _seconds(grace), _seconds(ttl), limit)
     return drive(flow, _NEVER_SLEEPS)
 
 
@@ -154,5 +145,5 @@ async def asettle_stale(
     limit: int | None = None,
 ) -> list[SettledIntent]:
     """Async `settle_stale`."""
-    flow = _settling(idempotency, _Exists(threads), _seconds(grace), _seconds(ttl), limit)
+    flow = _settling(idempotency, threads, _seconds(grace), _seconds(ttl), limit)
     return await adrive(flow, _NEVER_SLEEPS)
