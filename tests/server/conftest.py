@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -134,6 +135,32 @@ class DevServer:
             if time.monotonic() > deadline:
                 pytest.fail(f"no refund of {order} started within {timeout:g}s:\n{self.tail()}")
             time.sleep(0.05)
+
+
+def new_order() -> str:
+    """A fresh order id: effects are counted per order."""
+    return "o" + uuid.uuid4().hex[:8]
+
+
+def start_run(client: SyncLangGraphClient, graph: str, content: str, **kwargs: Any) -> Any:
+    """A run of `graph` on a new thread, asked `content`: (thread id, run id)."""
+    thread = client.threads.create()
+    message: dict[str, Any] = {"messages": [{"role": "user", "content": content}]}
+    run = client.runs.create(thread["thread_id"], graph, input=message, **kwargs)
+    return thread["thread_id"], run["run_id"]
+
+
+def run_finished(
+    client: SyncLangGraphClient, thread_id: str, run_id: str, timeout: float = 120.0
+) -> str:
+    """The run's final status, polled (bounded) until it leaves pending/running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = str(client.runs.get(thread_id, run_id)["status"])
+        if status not in ("pending", "running"):
+            return status
+        time.sleep(0.1)
+    pytest.fail(f"run {run_id} still running after {timeout:g}s")
 
 
 def effects(dsn: str, order: str) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from typing import Any
 
 import psycopg
@@ -21,32 +20,7 @@ from langgraph_sdk.errors import NotFoundError
 from langgraph_resilience import SqliteIdempotencyStore, settle_stale
 from langgraph_resilience.stores.effect_ledger import LEDGER_FILE
 from langgraph_resilience.stores.sqlite import sqlite_connect
-from tests.server.conftest import DevServer, effects
-
-
-def _order() -> str:
-    return "o" + uuid.uuid4().hex[:8]
-
-
-def _start(client: SyncLangGraphClient, graph: str, content: str, **kwargs: Any) -> Any:
-    thread = client.threads.create()
-    run = client.runs.create(
-        thread["thread_id"], graph, input={"messages": [{"role": "user", "content": content}]},
-        **kwargs,
-    )  # fmt: skip
-    return thread["thread_id"], run["run_id"]
-
-
-def _finished(
-    client: SyncLangGraphClient, thread_id: str, run_id: str, timeout: float = 120
-) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = str(client.runs.get(thread_id, run_id)["status"])
-        if status not in ("pending", "running"):
-            return status
-        time.sleep(0.1)
-    pytest.fail(f"run {run_id} still running after {timeout:g}s")
+from tests.server.conftest import DevServer, effects, new_order, run_finished, start_run
 
 
 def _messages(client: SyncLangGraphClient, thread_id: str) -> list[dict[str, Any]]:
@@ -69,15 +43,15 @@ def test_a_graceful_restart_mid_effect_does_it_once(
 ) -> None:
     """SIGTERM while the refund is on the wire: the server re-queues the run on restart.
     Ours answers the replayed call from the ledger; plain ``ToolNode`` refunds again."""
-    order, client = _order(), dev_server.client()
+    order, client = new_order(), dev_server.client()
     dev_server.hold()
-    thread_id, run_id = _start(client, graph, f"refund {order}")
+    thread_id, run_id = start_run(client, graph, f"refund {order}")
     dev_server.wait_for_effect(order)
     dev_server.stop(signal.SIGTERM)
     dev_server.release()
     client = dev_server.start().client()
 
-    assert _finished(client, thread_id, run_id) == "success"
+    assert run_finished(client, thread_id, run_id) == "success"
     assert effects(server_env["dsn"], order) == expected
     last = _messages(client, thread_id)[-1]
     assert last["type"] == "ai"
@@ -97,9 +71,9 @@ def test_double_texting_mid_effect_does_it_once(
     """A second message while the refund runs, under each multitask strategy: one refund,
     the thread completes, and no intent stays pending (a cancelled run's effect records
     its outcome when it lands). Plain ``ToolNode`` beside it, for contrast."""
-    order, client = _order(), dev_server.client()
+    order, client = new_order(), dev_server.client()
     dev_server.hold()
-    thread_id, first = _start(client, graph, f"refund {order}")
+    thread_id, first = start_run(client, graph, f"refund {order}")
     dev_server.wait_for_effect(order)
     second = client.runs.create(
         thread_id, graph, input={"messages": [{"role": "user", "content": "any news?"}]},
@@ -108,7 +82,7 @@ def test_double_texting_mid_effect_does_it_once(
     time.sleep(0.5)  # let the server act on the second run before the effect lands
     dev_server.release()
 
-    assert _finished(client, thread_id, second["run_id"]) == "success"
+    assert run_finished(client, thread_id, second["run_id"]) == "success"
     assert effects(server_env["dsn"], order) == (
         PLAIN_DOUBLE_TEXT[strategy] if graph == "plain" else 1
     )
@@ -117,7 +91,7 @@ def test_double_texting_mid_effect_does_it_once(
     if strategy != "rollback":  # told the refund happened (rollback forgets the first run)
         assert "refunded" in messages[-1]["content"]
     if strategy != "rollback":
-        assert _finished(client, thread_id, first) in ("success", "interrupted")
+        assert run_finished(client, thread_id, first) in ("success", "interrupted")
     if graph == "ours":
         for _ in range(50):  # the cancelled attempt's outcome is written as it lands
             if _pending(dev_server) == 0:
@@ -132,9 +106,9 @@ def test_a_crash_mid_effect_never_repeats_it_and_leaves_no_intent_forever(
     """SIGKILL mid-effect: ``langgraph dev`` may lose the thread with its unflushed files
     while our ledger (a file beside them, durable at once) keeps the intent. Either way
     the refund is not repeated, and the stale-intent rule settles what no run will."""
-    order, client = _order(), dev_server.client()
+    order, client = new_order(), dev_server.client()
     dev_server.hold()
-    thread_id, run_id = _start(client, "ours", f"refund {order}")
+    thread_id, run_id = start_run(client, "ours", f"refund {order}")
     dev_server.wait_for_effect(order)
     dev_server.stop(signal.SIGKILL)
     dev_server.release()
@@ -146,7 +120,7 @@ def test_a_crash_mid_effect_never_repeats_it_and_leaves_no_intent_forever(
     except NotFoundError:
         survived = False
     if survived:
-        assert _finished(client, thread_id, run_id) == "success"
+        assert run_finished(client, thread_id, run_id) == "success"
     assert effects(server_env["dsn"], order) == 1
     assert _pending(dev_server) == 1  # the intent whose outcome nobody saw
     store = SqliteIdempotencyStore(
@@ -166,10 +140,10 @@ def test_a_shared_stores_factory_opens_once_and_creates_only_our_tables(
     """The ``shared`` graph factory runs per run; `ashared_postgres` opens one pool per
     process, and creates our tables, never the checkpoint tables the server owns."""
     client = dev_server.client()
-    orders = [_order(), _order()]
+    orders = [new_order(), new_order()]
     for order in orders:
-        thread_id, run_id = _start(client, "shared", f"refund {order}")
-        assert _finished(client, thread_id, run_id) == "success"
+        thread_id, run_id = start_run(client, "shared", f"refund {order}")
+        assert run_finished(client, thread_id, run_id) == "success"
     opened = (server_env["control"] / "opened").read_text().split("\n")
     assert len({line for line in opened if line}) == 1  # one process, one SharedStores
     with psycopg.connect(server_env["dsn"]) as conn:

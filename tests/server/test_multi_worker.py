@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from typing import Any
 
 import psycopg
@@ -20,31 +19,10 @@ import pytest
 from langgraph_sdk.client import SyncLangGraphClient
 
 from langgraph_resilience.stores.breakers import PostgresBreakerStore
-from tests.server.conftest import effects
+from tests.server.conftest import effects, new_order, run_finished, start_run
 from tests.server.pg_runtime import Cluster, cluster_fixture  # noqa: F401  (`cluster`)
 
 TAKEOVER_TIMEOUT = 30.0  # heartbeat 1 s: its key expires after 4 s, a sweep runs every 2 s
-
-
-def _order() -> str:
-    return "o" + uuid.uuid4().hex[:8]
-
-
-def _start(client: SyncLangGraphClient, graph: str, content: str) -> tuple[str, str]:
-    thread = client.threads.create()
-    message: dict[str, Any] = {"messages": [{"role": "user", "content": content}]}
-    run = client.runs.create(thread["thread_id"], graph, input=message)
-    return thread["thread_id"], run["run_id"]
-
-
-def _finished(client: SyncLangGraphClient, thread_id: str, run_id: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = str(client.runs.get(thread_id, run_id)["status"])
-        if status not in ("pending", "running"):
-            return status
-        time.sleep(0.1)
-    pytest.fail(f"run {run_id} still running after {timeout:g}s")
 
 
 def _last_message(client: SyncLangGraphClient, thread_id: str) -> dict[str, Any]:
@@ -76,9 +54,9 @@ def test_a_worker_killed_mid_effect_the_other_finishes_the_run(
     ``running`` until its heartbeat expires, then the other worker claims it and the
     thread completes. Ours answers the replayed call from the shared ledger (the status
     check finds the row); plain ``ToolNode`` refunds again."""
-    order = _order()
+    order = new_order()
     cluster.hold()
-    thread_id, run_id = _start(cluster.workers[0].client(), graph, f"refund {order}")
+    thread_id, run_id = start_run(cluster.workers[0].client(), graph, f"refund {order}")
     victim = cluster.worker_running(order)
     survivor = cluster.other(victim)
     factory_calls = survivor.factory_calls()
@@ -95,7 +73,7 @@ def test_a_worker_killed_mid_effect_the_other_finishes_the_run(
             pytest.fail(f"the run was not taken over in {TAKEOVER_TIMEOUT:g}s:\n{cluster.tails()}")
         time.sleep(0.05)
     took_over = time.monotonic() - killed
-    status = _finished(client, thread_id, run_id, timeout=TAKEOVER_TIMEOUT)
+    status = run_finished(client, thread_id, run_id, timeout=TAKEOVER_TIMEOUT)
     print(f"{graph}: taken over {took_over:.2f}s after SIGKILL, {status} after "
           f"{time.monotonic() - killed:.2f}s; effects={effects(cluster.dsn, order)}")  # fmt: skip
 
@@ -116,15 +94,15 @@ def test_both_workers_share_one_breaker(cluster: Cluster) -> None:
     all four outcomes land in the one ``refund`` breaker row they share (a breaker per
     process would hold two each)."""
     client = cluster.workers[0].client()
-    orders = [_order() for _ in range(4)]
+    orders = [new_order() for _ in range(4)]
     cluster.hold()
-    runs = [_start(client, "shared", f"refund {order}") for order in orders]
+    runs = [start_run(client, "shared", f"refund {order}") for order in orders]
     for order in orders:
         cluster.worker_running(order)
     assert sorted(len(w.effects_started()) for w in cluster.workers) == [2, 2]
     cluster.release()
 
-    assert [_finished(client, *run, timeout=30) for run in runs] == ["success"] * 4
+    assert [run_finished(client, *run, timeout=30) for run in runs] == ["success"] * 4
     assert [effects(cluster.dsn, order) for order in orders] == [1, 1, 1, 1]
     with psycopg.connect(cluster.dsn) as conn:
         keys = [row[0] for row in conn.execute("SELECT key FROM lgr_breakers").fetchall()]
@@ -145,16 +123,16 @@ def test_an_outage_one_worker_learns_is_the_other_workers_open_breaker(cluster: 
     for worker in cluster.workers:
         (worker.control / "outage").write_text("x")
     client = cluster.workers[0].client()
-    thread_id, run_id = _start(client, "shared_trippy", "lookup A1")
-    assert _finished(client, thread_id, run_id, timeout=60) == "success"
+    thread_id, run_id = start_run(client, "shared_trippy", "lookup A1")
+    assert run_finished(client, thread_id, run_id, timeout=60) == "success"
     (learned,) = [w for w in cluster.workers if _lookups(w, "A1")]
     assert _lookups(learned, "A1") == 2  # both attempts reached the service
     survivor = cluster.other(learned)
     learned.stop(signal.SIGKILL)
 
     client = survivor.client()
-    thread_id, run_id = _start(client, "shared_trippy", "lookup B2")
-    assert _finished(client, thread_id, run_id, timeout=60) == "success"
+    thread_id, run_id = start_run(client, "shared_trippy", "lookup B2")
+    assert run_finished(client, thread_id, run_id, timeout=60) == "success"
     assert _lookups(survivor, "B2") == 0  # refused by the breaker the other worker opened
     state = client.threads.get_state(thread_id)
     tool = next(m for m in state["values"]["messages"] if m["type"] == "tool")
