@@ -62,6 +62,7 @@ def hammer(
         start.wait(timeout=60)
         for worker in workers:
             worker.join()
+        store.flush()  # this process's batched successes reach the shared row
         finished.wait(timeout=120)  # nobody writes any more: read the shared state
         snapshot = store.snapshot(key).to_json()
     return {"pid": os.getpid(), "counts": counts, "snapshot": snapshot}
