@@ -1,0 +1,189 @@
+"""The Postgres breaker's in-process shortcuts on the real server: a cached admission
+with a staleness bound, batched successes, failures written at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.errors import FailureClass
+from langgraph_resilience.stores.breakers import (
+    BREAKER_CACHE_TTL,
+    AsyncPostgresBreakerStore,
+    PostgresBreakerStore,
+)
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.testing import FakeClock
+
+pytestmark = pytest.mark.postgres
+
+T = FailureClass.TRANSIENT
+CFG = BreakerConfig(minimum_calls=2, window_size=4, open_duration=30.0, half_open_max_calls=1)
+NEVER = 3600.0
+"""A flush interval no test waits for: only `flush()` or a failure writes successes."""
+
+
+@pytest.fixture
+def pool(pg_dsn: str) -> Iterator[ConnectionPool[Any]]:
+    with ConnectionPool(
+        pg_dsn, min_size=1, max_size=4, kwargs=POSTGRES_CONNECTION_KWARGS, open=True
+    ) as pool:
+        pool.wait(timeout=30)
+        PostgresBreakerStore(pool).setup()
+        yield pool
+
+
+def _worker(pool: ConnectionPool[Any], clock: FakeClock, **kwargs: Any) -> PostgresBreakerStore:
+    """Another worker's store on the same table (its own cache and batch)."""
+    return PostgresBreakerStore(pool, clock=clock, **kwargs)
+
+
+def test_a_trip_elsewhere_is_seen_within_the_cache_ttl(pool: ConnectionPool[Any]) -> None:
+    """A worker that read a closed breaker keeps admitting from its cache until
+    cache_ttl has passed on its clock, then refuses the breaker another worker opened."""
+    clock = FakeClock()
+    here, there = _worker(pool, clock, cache_ttl=2.0), _worker(pool, clock)
+    assert here.acquire("api", CFG, 0.0).allowed  # read once: closed
+    there.record("api", CFG, 0.0, T)
+    there.record("api", CFG, 0.0, T)
+    assert there.snapshot("api").status == "open"
+    clock.advance(1.999)
+    assert here.acquire("api", CFG, 1.0).allowed  # stale by less than the bound
+    clock.advance(0.001)
+    refused = here.acquire("api", CFG, 1.0)
+    assert not refused.allowed
+    assert refused.retry_after == pytest.approx(29.0)
+
+
+def test_the_default_bound_and_no_cache(pool: ConnectionPool[Any]) -> None:
+    """The default bound is BREAKER_CACHE_TTL; cache_ttl=0 reads the row every time."""
+    clock = FakeClock()
+    cached, uncached = _worker(pool, clock), _worker(pool, clock, cache_ttl=0)
+    assert cached.cache_ttl == BREAKER_CACHE_TTL
+    assert cached.acquire("db", CFG, 0.0).allowed
+    assert uncached.acquire("db", CFG, 0.0).allowed
+    for _ in range(2):
+        _worker(pool, clock).record("db", CFG, 0.0, T)
+    assert not uncached.acquire("db", CFG, 0.0).allowed
+    assert cached.acquire("db", CFG, 0.0).allowed
+    clock.advance(BREAKER_CACHE_TTL)
+    assert not cached.acquire("db", CFG, 0.0).allowed
+
+
+def test_own_trip_is_refused_at_once(pool: ConnectionPool[Any]) -> None:
+    """A trip this worker wrote updates its cache: its next call is refused without
+    waiting for the cache to expire."""
+    clock = FakeClock()
+    store = _worker(pool, clock, cache_ttl=NEVER)
+    assert store.acquire("pay", CFG, 0.0).allowed
+    store.record("pay", CFG, 0.0, T)
+    assert store.record("pay", CFG, 0.0, T) is not None  # closed->open
+    assert not store.acquire("pay", CFG, 0.0).allowed
+
+
+def test_successes_wait_and_a_failure_reaches_the_shared_row_at_once(
+    pool: ConnectionPool[Any],
+) -> None:
+    """Plain successes stay in this process (seen by its own snapshot) until flushed; a
+    failure is written at once, after the successes that came before it, in one change."""
+    clock = FakeClock()
+    here, there = _worker(pool, clock, flush_interval=NEVER), _worker(pool, clock)
+    for _ in range(3):
+        assert here.record("svc", CFG, 0.0, None, duration=0.01) is None
+    assert there.snapshot("svc").window is None  # nothing written yet
+    own = here.snapshot("svc").window
+    assert own is not None
+    assert (own.calls, own.failures) == (3, 0)
+    here.record("svc", CFG, 0.0, T)
+    shared = there.snapshot("svc").window
+    assert shared is not None
+    assert (shared.calls, shared.failures) == (4, 1)  # the successes went first
+    here.record("svc", CFG, 0.0, None)
+    here.flush()
+    shared = there.snapshot("svc").window
+    assert shared is not None
+    assert (shared.calls, shared.failures) == (4, 1)  # a ring of 4: the oldest success left
+    assert shared.failure_bits != 0
+
+
+def test_a_success_that_can_trip_is_written_at_once(pool: ConnectionPool[Any]) -> None:
+    """A slow success (it may trip the slow-call rate) and a probe are not batched."""
+    clock = FakeClock()
+    cfg = BreakerConfig(minimum_calls=1, window_size=2, slow_call_threshold=1.0)
+    here, there = _worker(pool, clock, flush_interval=NEVER), _worker(pool, clock)
+    transition = here.record("slow", cfg, 0.0, None, duration=5.0)
+    assert transition is not None
+    assert transition.reason == "slow_call_rate"
+    assert there.snapshot("slow").status == "open"
+    probe = here.acquire("slow", cfg, 100.0)
+    assert probe.probe
+    closed = here.record("slow", cfg, 100.0, None, probe=True, duration=0.1)
+    assert closed is not None
+    assert closed.name == "half_open->closed"
+    assert there.snapshot("slow").status == "closed"
+
+
+def test_a_trip_by_waiting_successes_happens_at_the_flush(pool: ConnectionPool[Any]) -> None:
+    """A success that completes minimum_calls over a failing window trips the breaker
+    when its batch is written: what batching costs is that delay, not the trip."""
+    clock = FakeClock()
+    cfg = BreakerConfig(minimum_calls=3, window_size=3, failure_rate_threshold=0.5)
+    here = _worker(pool, clock, flush_interval=NEVER)
+    here.record("late", cfg, 0.0, T)
+    here.record("late", cfg, 0.0, T)
+    here.record("late", cfg, 0.0, None)
+    assert _worker(pool, clock).snapshot("late").status == "closed"
+    here.flush()
+    assert _worker(pool, clock).snapshot("late").status == "open"
+
+
+def test_async_store_batches_and_flushes(pg_dsn: str) -> None:
+    """The async store defers plain successes the same way; aflush writes them, and its
+    flusher task writes them by itself within the flush interval."""
+
+    async def scenario() -> tuple[int, int, int]:
+        async with AsyncConnectionPool(
+            pg_dsn, min_size=1, max_size=2, kwargs=POSTGRES_CONNECTION_KWARGS, open=False
+        ) as pool:
+            store = AsyncPostgresBreakerStore(pool, flush_interval=NEVER)
+            await store.setup()
+            other = AsyncPostgresBreakerStore(pool)
+            await store.arecord("a", CFG, 0.0, None)
+            before = (await other.asnapshot("a")).window
+            await store.aflush()
+            after = (await other.asnapshot("a")).window
+            quick = AsyncPostgresBreakerStore(pool, flush_interval=0.0)
+            await quick.arecord("b", CFG, 0.0, None)
+            for _ in range(200):  # the flusher task runs on this loop
+                window = (await other.asnapshot("b")).window
+                if window is not None:
+                    break
+                await asyncio.sleep(0.01)
+            return (
+                0 if before is None else before.calls,
+                0 if after is None else after.calls,
+                0 if window is None else window.calls,
+            )
+
+    assert asyncio.run(scenario()) == (0, 1, 1)
+
+
+def test_the_sync_flusher_writes_by_itself(pool: ConnectionPool[Any]) -> None:
+    """With no further calls, the daemon flusher still writes a waiting success."""
+    store = PostgresBreakerStore(pool, flush_interval=0.0)
+    store.record("bg", CFG, 0.0, None)
+    other = PostgresBreakerStore(pool)
+    thread = store._flusher
+    assert thread is not None
+    for _ in range(500):
+        window = other.snapshot("bg").window
+        if window is not None:
+            break
+        thread.join(0.01)
+    assert window is not None
+    assert window.calls == 1
