@@ -6,7 +6,8 @@ nodes only carry out its `Decision`. `decide_model` does the same for one model 
 how long to wait, with one attempt convention: `attempts` counts the executions
 made, the failed one included. `unrecovered` says where a tool failure goes when
 neither retry nor repair takes it (DESIGN.md section 1); `remembered_gone` is the
-thread's memory of a tool that answered STRUCTURAL.
+thread's memory of a tool that answered STRUCTURAL; `retry_in_step` says where a
+retry's wait is slept (inside the tools step, or in the checkpointed retry node).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "decide_model",
     "decide_repair",
     "remembered_gone",
+    "retry_in_step",
     "retry_wait",
     "unrecovered",
 ]
@@ -79,6 +81,35 @@ def retry_wait(
         attempts - 1, policy=policy, rng=rng, retry_after=retry_after, remaining=remaining
     )
     return "deadline" if delay is None else delay
+
+
+def retry_in_step(wait: float, policy: ResiliencePolicy) -> bool:
+    """Whether a retry that waits `wait` seconds is slept inside the tools step.
+
+    A short wait (at most ``policy.inline_retry_max_wait``) is slept on the step's
+    clock and the call runs again in the same step: two checkpoints fewer per retry.
+    A longer one is scheduled in the ledger and slept by the retry node, so a crash
+    during it resumes with only what remains of it, and the right attempt count.
+
+    The crash rule: a step's in-step attempts are checkpointed when the step ends.
+    If the process dies inside the step, the thread resumes from the checkpoint
+    before it, with the attempt counts that checkpoint holds, and the step runs
+    again: the executions of the lost step are repeated once (never more per crash:
+    the step's own retries stop at ``max_attempts``, and a resumed step counts from
+    the checkpoint again). The budgets still hold within every run of the step. A
+    side effect is never repeated: each of its executions is claimed in the
+    exactly-once ledger before it runs, durably, so the re-run finds the claim and
+    reconciles it instead of executing again.
+
+    >>> retry_in_step(0.4, ResiliencePolicy())
+    True
+    >>> retry_in_step(30.0, ResiliencePolicy())
+    False
+    >>> retry_in_step(0.0, ResiliencePolicy(inline_retry_max_wait=None))
+    False
+    """
+    limit = policy.inline_retry_max_wait_s
+    return limit is not None and wait <= limit
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -97,6 +97,15 @@ class ResiliencePolicy:
     noise_fields: frozenset[str] = DEFAULT_NOISE_FIELDS
     """Argument names ignored when deciding whether two calls are the same."""
 
+    inline_retry_max_wait: float | dt.timedelta | None = 1.0
+    """The longest backoff slept *inside* the tools step: a retry whose wait is at most
+    this runs again in the same step (no retry node, no extra checkpoints); a longer
+    one (a Retry-After, a late attempt's backoff) is scheduled in the ledger and slept
+    by the retry node, checkpointed and resumable. None sends every retry through the
+    retry node. The default, 1 s, covers the default policy's first two backoffs
+    (up to 0.5 s and 1 s) while a checkpoint costs milliseconds; what a crash inside
+    the step costs is bounded by it (see `core.decide.retry_in_step`)."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         set_(self, "base_delay", seconds(self.base_delay, field="base_delay"))
@@ -108,6 +117,11 @@ class ResiliencePolicy:
             self,
             "structural_memory",
             _optional_seconds(self.structural_memory, field="structural_memory"),
+        )
+        set_(
+            self,
+            "inline_retry_max_wait",
+            _optional_seconds(self.inline_retry_max_wait, field="inline_retry_max_wait"),
         )
         if isinstance(self.noise_fields, Iterable) and not isinstance(self.noise_fields, str):
             set_(self, "noise_fields", frozenset(self.noise_fields))
@@ -144,6 +158,12 @@ class ResiliencePolicy:
         if self.structural_memory_s is not None and self.structural_memory_s < 0:
             raise ConfigurationError(
                 "structural_memory must be >= 0 seconds, or None to remember for the thread's life"
+            )
+        inline = self.inline_retry_max_wait_s
+        if inline is not None and inline < 0:
+            raise ConfigurationError(
+                "inline_retry_max_wait must be >= 0 seconds, or None to send every retry "
+                "through the retry node"
             )
         lifetime = self.max_thread_tool_attempts
         if lifetime is not None and (
@@ -192,3 +212,9 @@ class ResiliencePolicy:
         """`structural_memory` in seconds, or None (the thread's life)."""
         memory = self.structural_memory
         return None if memory is None else float(memory)  # type: ignore[arg-type]
+
+    @property
+    def inline_retry_max_wait_s(self) -> float | None:
+        """`inline_retry_max_wait` in seconds, or None (no retry inside the step)."""
+        wait = self.inline_retry_max_wait
+        return None if wait is None else float(wait)  # type: ignore[arg-type]

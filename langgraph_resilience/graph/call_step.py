@@ -4,8 +4,9 @@
 its own, so `ResilienceMiddleware.wrap_tool_call` makes each one a tools step of
 its own: `GuardedToolNode`'s planning (`plan_batch`, cut to this call by
 `Batch.only`), its interception (breakers, exactly-once, one classification) with
-the agent's handler as the executor, and `finish_step`. The update carries the
-call's answer, or none while it waits for a recovery (its ledger record says which).
+the agent's handler as the executor, and `finish_step`; a short backoff is retried
+inside the step (`step_retry`), as in the node. The update carries the call's
+answer, or none while it waits for a recovery (its ledger record says which).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.graph.step_retry import retried_in_step
 from langgraph_resilience.graph.tool_batch import Batch, plan_batch
 from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.graph.tools import GuardedToolNode, in_step
@@ -48,10 +50,22 @@ async def acall_step(
 def _step(
     node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any]
 ) -> Flow[Command[Any]]:
-    """The step as one `core.flow` flow; `execute` is the handler of the driver's kind."""
-    batch, state = _one(node, request)
+    """The step as one `core.flow` flow; `execute` is the handler of the driver's kind. A
+    short backoff is retried inside it (`step_retry`): the call is answered in this
+    task, without a round through ``before_model``."""
+    if request.tool is not None:
+        node.learn([request.tool])
+    once = functools.partial(_once, node, request, execute)
+    return _as_command((yield from retried_in_step(node.settings, request.state, once)))
+
+
+def _once(
+    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any], state: Any
+) -> Flow[Any]:
+    """One run of the call's step on `state`: plan, intercept, settle, report."""
+    batch = _one(node, request, state)
     if batch is None:
-        return Command(update={})
+        return None
     output: Any = {}
     if batch.runnable:
         routed = _routed(node, request, batch)
@@ -65,7 +79,7 @@ def _step(
         output = _as_output(node, answer)
     update, reports = finish_step(node.settings, state, batch, output)
     yield from node.guards.reports(reports)
-    return _as_command(update)
+    return update
 
 
 def _raising(execute: Callable[..., Any]) -> Callable[..., Any]:
@@ -104,15 +118,12 @@ def _rejected(request: ToolCallRequest, result: Any) -> Any:
     return result
 
 
-def _one(node: GuardedToolNode, request: ToolCallRequest) -> tuple[Batch | None, Any]:
-    if request.tool is not None:
-        node.learn([request.tool])
-    state = request.state
+def _one(node: GuardedToolNode, request: ToolCallRequest, state: Any) -> Batch | None:
     batch = plan_batch(node.settings, state)
     if batch is None:
-        return None, state
+        return None
     batch = batch.only(request.tool_call["id"] or "")
-    return (batch if batch.runnable or batch.preflight else None), state
+    return batch if batch.runnable or batch.preflight else None
 
 
 def _routed(node: GuardedToolNode, request: ToolCallRequest, batch: Batch) -> ToolCallRequest:

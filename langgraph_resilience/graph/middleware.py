@@ -15,9 +15,11 @@ same code (nothing here decides anything itself):
   is one tools step of its own (`call_step.call_step`): the same planning (loop guard,
   budgets, gone tools), interception (breakers, bulkheads, timeouts, coercion,
   exactly-once side effects, the output contract, one classification) and settling
-  (`tool_step.finish_step`) as `GuardedToolNode`, for that call. A call that
-  recovers later (a backoff, a repair, a human) is left unanswered, its record in
-  the ledger says what it waits for.
+  (`tool_step.finish_step`) as `GuardedToolNode`, for that call. A short backoff
+  is slept and retried right there, in the call's own task (`graph.step_retry`), so
+  the turn needs no extra ``before_model`` round; a call that recovers later (a long
+  backoff, a repair, a human) is left unanswered, its record in the ledger says what
+  it waits for.
 - ``before_model``: the model is never called while a call of the turn waits.
   The hook runs the recovery nodes of `add_resilience` (`RetryNode`, `RepairNode`,
   `EscalateNode`) in the order of its router (`next_step`), then jumps back to the

@@ -3,7 +3,9 @@
 The tools node decides *whether* and *how long* (`core.decide`, `core.backoff`); this
 node only waits until the due time stored in the ledger and hands back to the tools
 node. Because the due time is wall-clock and checkpointed, a thread resumed after a
-crash waits only what remains of its backoff.
+crash waits only what remains of its backoff. It sees only long waits (beyond
+``policy.inline_retry_max_wait``): the tools step sleeps a short one itself
+(`graph.step_retry`).
 """
 
 from __future__ import annotations

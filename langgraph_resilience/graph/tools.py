@@ -8,7 +8,8 @@ the exactly-once flow of a side effect (`graph.exactly_once`), the output contra
 and one classification of a failure, which then travels with the call. Which calls
 run is `graph.tool_batch`'s choice; what becomes of them, `graph.tool_step`'s. The
 interception is one `core.flow` flow, driven sync by ``_wrap`` and async by
-``_awrap``.
+``_awrap``; so is the step (``_step``: a short backoff is retried inside it,
+`graph.step_retry`), driven by ``run`` and ``arun``.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ from langgraph_resilience.graph.mcp import (
     told_servers,
 )
 from langgraph_resilience.graph.node import ResilienceNode
+from langgraph_resilience.graph.step_retry import retried_in_step
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
 from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
 from langgraph_resilience.graph.tool_step import finish_step
@@ -138,7 +140,9 @@ class GuardedToolNode(ResilienceNode):
 
     Use it through `add_resilience`, which also wires the router, the retry node and
     the recovery nodes; or wire it by hand like LangGraph's `ToolNode`: the node
-    alone classifies, records and answers, it never waits. Its defaults are
+    alone classifies, records and answers. It retries a call whose backoff is short
+    (``policy.inline_retry_max_wait``) itself, sleeping on its clock inside the step;
+    a longer wait is left scheduled for the retry node. Its defaults are
     `add_resilience`'s: `ResiliencePolicy()`, the system clock, `DEFAULT_BREAKER`
     per tool (``breaker=None`` turns breakers off), and a ledger for side effects
     that follows the graph's checkpointer.
@@ -516,30 +520,35 @@ class GuardedToolNode(ResilienceNode):
 
     def run(self, state: Any, config: RunnableConfig) -> Any:
         """Sync body of the node."""
-        batch = plan_batch(self.settings, state)
-        if batch is None:
-            return {}
-        output: Any = {}
-        if batch.runnable:
-            with in_step(batch, self._ledgers.resolve(config)):
-                output = self._tool_node.invoke(step_input(self.settings, state, batch), config)
-        update, reports = finish_step(self.settings, state, batch, output)
-        drive(self.guards.reports(reports), self.clock)
-        return update
+        return drive(self._step(state, config), self.clock)
 
     async def arun(self, state: Any, config: RunnableConfig) -> Any:
         """Async body of the node."""
+        return await adrive(self._step(state, config), self.clock)
+
+    def _step(self, state: Any, config: RunnableConfig) -> Flow[Any]:
+        """The step as one `core.flow` flow: a run of the due calls, and another after
+        each short backoff it leaves (`step_retry`)."""
+        once = functools.partial(self._once, config)
+        return (yield from retried_in_step(self.settings, state, once))
+
+    def _once(self, config: RunnableConfig, state: Any) -> Flow[Any]:
+        """One run: plan the batch, run it through ToolNode, settle it, report it."""
         batch = plan_batch(self.settings, state)
         if batch is None:
-            return {}
+            return None
         output: Any = {}
         if batch.runnable:
-            with in_step(batch, await self._ledgers.aresolve(config)):
-                output = await self._tool_node.ainvoke(
-                    step_input(self.settings, state, batch), config
+            ledgers, tool_node = self._ledgers, self._tool_node
+            ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
+            with in_step(batch, ledger):
+                output = yield Call(
+                    tool_node.invoke,
+                    tool_node.ainvoke,
+                    (step_input(self.settings, state, batch), config),
                 )
         update, reports = finish_step(self.settings, state, batch, output)
-        await adrive(self.guards.reports(reports), self.clock)
+        yield from self.guards.reports(reports)
         return update
 
 

@@ -88,9 +88,10 @@ class StoppingClock(FakeClock):
 
 
 def test_a_run_stopped_during_a_backoff_leaves_no_call_unanswered(runner: Runner) -> None:
-    """503 schedules a retry; the run dies in the backoff; the user writes again: the waiting
-    call is answered as cancelled (its last error kept) and the sibling's answer stays."""
-    flaky = FaultyTool(lookup, [Fault.status(503)])
+    """503 with a Retry-After too long to wait inside the step schedules a retry; the run
+    dies in the retry node's backoff; the user writes again: the waiting call is answered
+    as cancelled (its last error kept) and the sibling's answer stays."""
+    flaky = FaultyTool(lookup, [Fault.status(503, retry_after="5")])
     h = build_graph(
         [flaky],
         [

@@ -204,16 +204,32 @@ def test_clean_calls_match_langgraph_tool_node(runner: Runner) -> None:
 
 
 def test_events_stream_in_order(runner: Runner) -> None:
-    """The custom stream shows each attempt, the scheduled retry, the backoff and the route."""
+    """The custom stream shows each attempt, the scheduled retry and the backoff, which a
+    short wait spends inside the tools step, then the one route."""
     flaky = FaultyTool(search, [Fault.status(503)])
     h = build_graph([flaky], [tool_calls(("search", {"query": "x"})), text("ok")])
 
     chunks = runner.stream(h.app, {"messages": [("user", "x")]}, h.config(), stream_mode="custom")
 
     kinds = [c[EVENT_KEY] for c in chunks if isinstance(c, dict) and EVENT_KEY in c]
-    assert kinds == ["attempt", "retry_scheduled", "route", "backoff", "attempt", "route"]
+    assert kinds == ["attempt", "retry_scheduled", "backoff", "attempt", "route"]
     assert chunks[0]["failure_class"] == "transient"
+    assert chunks[2]["in_step"] is True
+    assert chunks[4]["to"] == "agent"
+
+
+def test_events_stream_in_order_for_a_long_wait(runner: Runner) -> None:
+    """A wait beyond inline_retry_max_wait routes to the retry node: the backoff is a step."""
+    flaky = FaultyTool(search, [Fault.status(429, retry_after="5")])
+    h = build_graph([flaky], [tool_calls(("search", {"query": "x"})), text("ok")])
+
+    chunks = runner.stream(h.app, {"messages": [("user", "x")]}, h.config(), stream_mode="custom")
+
+    kinds = [c[EVENT_KEY] for c in chunks if isinstance(c, dict) and EVENT_KEY in c]
+    assert kinds == ["attempt", "retry_scheduled", "route", "backoff", "attempt", "route"]
     assert chunks[2]["to"] == "retry"
+    assert "in_step" not in chunks[3]
+    assert h.clock.sleeps == [5.0]
 
 
 def test_no_backoff_is_waited_once_the_thread_budget_is_spent(runner: Runner) -> None:
@@ -235,9 +251,10 @@ def test_no_backoff_is_waited_once_the_thread_budget_is_spent(runner: Runner) ->
 
 
 def test_route_event_accounts_for_siblings_still_waiting(runner: Runner) -> None:
-    """A step that settles one call while a sibling waits reports the route to retry."""
+    """A step that settles one call while a sibling waits reports the route to retry (both
+    waits too long to spend inside the step)."""
     slow = FaultyTool(search, [Fault.status(429, retry_after="5")])
-    quick = FaultyTool(weather, [Fault.status(503)])
+    quick = FaultyTool(weather, [Fault.status(429, retry_after="2")])
     h = build_graph(
         [slow, quick],
         [tool_calls(("search", {"query": "x"}), ("weather", {"city": "Oslo"})), text("ok")],

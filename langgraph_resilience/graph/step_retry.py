@@ -1,0 +1,123 @@
+"""Short backoffs retried inside the tools step: no retry node, no extra checkpoints.
+
+A tools step settles its calls (`tool_step.finish_step`); a call it scheduled for a
+retry whose wait is short (`core.decide.retry_in_step`) is not handed to the retry
+node: the step sleeps that wait on its clock and runs again, on the state its own
+update leaves, until no short wait is left. Each run is a whole tools step (the
+batch planned afresh, so budgets, deadlines, breakers and the exactly-once ledger
+apply to every attempt; every attempt emits its ``attempt`` event and counts in the
+call's record), and the step writes their updates as one. A long wait stays in the
+ledger for the retry node, checkpointed and resumable.
+
+The crash rule is `core.decide.retry_in_step`'s: the step's attempts are
+checkpointed when it ends; a crash inside it resumes from the checkpoint before it
+and repeats the step's executions once, except a side effect, which the
+exactly-once ledger reconciles instead of running again.
+
+One `core.flow` flow for `GuardedToolNode` (a batch) and `call_step` (one call under
+`create_agent`), driven by `drive` or `adrive`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
+from langgraph.types import Command
+
+from langgraph_resilience.core.decide import retry_in_step
+from langgraph_resilience.core.flow import Flow, Sleep
+from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.state import Ledger, merge_ledger, read_ledger
+from langgraph_resilience.graph.tool_batch import ToolSettings
+from langgraph_resilience.graph.tool_step import composed
+
+__all__ = ["retried_in_step"]
+
+Update = dict[str, Any] | list[Any]
+"""A tools step's update: a dict, or (a tool returned a `Command`) Commands and one."""
+
+Once = Callable[[Any], Flow[Update | None]]
+"""One tools step on a state: its update (its breaker reports sent), or None when the
+state holds no call for it."""
+
+
+def retried_in_step(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
+    """Run `once` on `state`, then again after each short wait it leaves, on the state
+    its updates leave; return their updates as one (``{}`` when it had nothing to run).
+    A tool's `Command` ends the loop: the graph applies it."""
+    total = yield from once(state)
+    if total is None:
+        return {}
+    update, view, backoffs = total, state, 0
+    while isinstance(update, dict) and isinstance(view, Mapping):
+        wait = _short_wait(cfg, update)
+        if wait is None:
+            break
+        seconds, ids = wait
+        emit(Event("backoff", seconds=round(seconds, 6), calls=ids, in_step=True))
+        backoffs += 1
+        if seconds > 0:
+            yield Sleep(seconds)
+        view = _applied(cfg, view, update)
+        again = yield from once(view)
+        if again is None:
+            break
+        update = again
+        total = _combined(cfg, total, update)
+    if backoffs:
+        total = _combined(cfg, total, {"resilience": {"events": {"backoff": backoffs}}})
+    return total
+
+
+def _short_wait(cfg: ToolSettings, update: Mapping[str, Any]) -> tuple[float, list[str]] | None:
+    """The wait until the first retry this update scheduled, when it is short enough to
+    sleep in the step, with the calls it schedules; else None."""
+    calls = (update.get("resilience") or {}).get("calls") or {}
+    dues = [
+        (record["due"], record.get("call_id") or slot)
+        for slot, record in calls.items()
+        if record["status"] == "scheduled" and record["due"] is not None
+    ]
+    if not dues:
+        return None
+    now = cfg.clock.time()
+    wait = max(0.0, min(due for due, _ in dues) - now)
+    if not retry_in_step(wait, cfg.policy):
+        return None
+    return wait, [call_id for due, call_id in dues if due - now <= wait]
+
+
+def _applied(cfg: ToolSettings, view: Mapping[str, Any], update: Mapping[str, Any]) -> Any:
+    """The state the next run of the step sees: `update` applied as the graph would."""
+    new = dict(view)
+    key = cfg.messages_key
+    new[key] = add_messages(list(view.get(key) or []), list(update.get(key) or []))
+    new["resilience"] = merge_ledger(read_ledger(view), update.get("resilience"))
+    return new
+
+
+def _parts(update: Update) -> tuple[list[Command[Any]], dict[str, Any]]:
+    if isinstance(update, dict):
+        return [], update
+    *commands, ours = update
+    return commands, ours
+
+
+def _ledger_of(update: Mapping[str, Any]) -> Ledger:
+    found = update.get("resilience")
+    return found if isinstance(found, dict) else {}  # type: ignore[return-value]
+
+
+def _combined(cfg: ToolSettings, first: Update, then: Update) -> Update:
+    """Two updates of one step as one: messages in order, the ledger deltas composed."""
+    commands_a, a = _parts(first)
+    commands_b, b = _parts(then)
+    key = cfg.messages_key
+    messages: list[AnyMessage] = [*(a.get(key) or []), *(b.get(key) or [])]
+    ledger = composed(_ledger_of(a), _ledger_of(b))
+    merged: dict[str, Any] = {**a, **b, key: messages, "resilience": ledger}
+    commands = [*commands_a, *commands_b]
+    return [*commands, merged] if commands else merged
