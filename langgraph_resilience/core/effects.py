@@ -281,6 +281,10 @@ class Claim:
 
     state: ClaimState
     record: IdempotencyRecord
+    unresolved: tuple[IdempotencyRecord, ...] | None = None
+    """On a ``new`` claim whose store looked them up in the same round trip: the
+    thread's other pending intents of the same fingerprint, oldest first (what
+    `IdempotencyStore.unresolved` returns, this key left out). None: not looked up."""
 
     @property
     def key(self) -> str:

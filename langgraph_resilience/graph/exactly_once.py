@@ -197,7 +197,7 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
     if action == "check_status":
         reconciled = yield from _reconcile_own(call, effect, claim.record)
     else:
-        reconciled = yield from _reconcile_earlier(call, effect)
+        reconciled = yield from _reconcile_earlier(call, effect, claim.unresolved)
     if reconciled is not None:
         return reconciled
     try:
@@ -229,7 +229,7 @@ def _settle_answer(call: ToolCall, effect: Effect, answer: Answer, run: Run) -> 
             raise broken  # SEMANTIC: fixing the call cannot do the effect twice
         yield from _record(effect, effect.key, _jsonable(status.result))
         return replayed(call, status.result, effect.key, reconciled=True)
-    yield from _record(effect, effect.key, outcome_of(answer))
+    yield from _record_behind(effect, outcome_of(answer))
     if effect.profile.compensate is not None:
         saga = effect.ledger.saga
         kwargs = {"key": effect.key, "tool": call["name"], "action": "effect", "status": "done"}
@@ -266,12 +266,15 @@ def _reconcile_own(
     return None
 
 
-def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | None]:
+def _reconcile_earlier(
+    call: ToolCall, effect: Effect, known: Sequence[IdempotencyRecord] | None = None
+) -> Flow[ToolMessage | None]:
     """Before a newly claimed effect runs: the same effect asked for by an earlier
     call whose outcome is unknown (pending in the ledger, or told to the agent as
     unknown in this task and recorded since). Done: this call is answered with its
     result (and its own key records it). Not done: released, and this call runs.
-    Unknowable (no status_check, or it failed): this call does not run."""
+    Unknowable (no status_check, or it failed): this call does not run. `known`: the
+    pending intents the claim already returned (None: asked here)."""
     store = effect.ledger.idempotency
     for key in sorted(effect.told_now - {effect.key}):  # told "unknown", known by now?
         told: IdempotencyRecord | None = yield from ledger_op(
@@ -280,8 +283,14 @@ def _reconcile_earlier(call: ToolCall, effect: Effect) -> Flow[ToolMessage | Non
         if told is not None and told.status == "done" and told.fingerprint == effect.fingerprint:
             yield from _record(effect, effect.key, told.result)
             return replayed(call, told.result, key, reconciled=True)
-    unresolved = Call(store.unresolved, store.aunresolved, (effect.thread_id, effect.fingerprint))
-    found: Sequence[IdempotencyRecord] = yield from ledger_op(effect, "siblings", unresolved)
+    found: Sequence[IdempotencyRecord]
+    if known is not None:
+        found = known
+    else:
+        unresolved = Call(
+            store.unresolved, store.aunresolved, (effect.thread_id, effect.fingerprint)
+        )
+        found = yield from ledger_op(effect, "siblings", unresolved)
     for sibling in _siblings(found, effect):
         if effect.profile.status_check is None:
             if effect.approved:  # nothing can be asked; a human vouched for running it
@@ -372,6 +381,20 @@ def _record(effect: Effect, key: str, result: Any) -> Flow[Any]:
     return ledger_op(
         effect, "record", Call(store.record_outcome, store.arecord_outcome, (key, result))
     )
+
+
+def _record_behind(effect: Effect, result: Any) -> Flow[Any]:
+    """The outcome of the effect that just ran, without waiting for its write when the
+    ledger can defer it (`SqlIdempotencyStore.defer_outcome`): a crash before it is
+    written leaves the intent pending, which a resume reconciles (`_reconcile_own`);
+    this process's own reads wait for it."""
+    store = effect.ledger.idempotency
+    defer = getattr(store, "defer_outcome", None)
+    if defer is None:
+        return (yield from _record(effect, effect.key, result))
+    kwargs = {"thread_id": effect.thread_id}
+    action = Call(defer, store.adefer_outcome, (effect.key, result), kwargs)  # type: ignore[attr-defined]
+    return (yield from ledger_op(effect, "record", action))
 
 
 def _release(effect: Effect, key: str) -> Flow[Any]:

@@ -495,6 +495,22 @@ DIALECT = LedgerDialect(
         ON CONFLICT (key) DO NOTHING
         RETURNING {COLUMNS}
     """,
+    # The intent and the thread's other pending intents of its fingerprint (what the
+    # exactly-once flow reconciles before a new effect runs), in one round trip: the
+    # SELECT reads the snapshot the INSERT started from, so it never sees this key.
+    intent_unresolved=f"""
+        WITH new AS (
+            INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
+            VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s)
+            ON CONFLICT (key) DO NOTHING
+            RETURNING {COLUMNS}
+        )
+        SELECT 'new' AS lgr_kind, {COLUMNS}, NULL::float8 AS age_s FROM new
+        UNION ALL
+        SELECT 'sibling' AS lgr_kind, {COLUMNS}, {_AGE} FROM lgr_idempotency
+        WHERE thread_id = %(thread_id)s AND fingerprint = %(fingerprint)s
+          AND status = 'pending' AND key <> %(key)s
+    """,
     get=f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE key = %(key)s",
     # The outcome of a pending intent; first outcome wins (a recorded one is never
     # overwritten). The relaxed variant does not wait for its WAL flush:
@@ -546,11 +562,14 @@ SAGA_DIALECT = SagaDialect(
 class _PostgresLedger(SqlIdempotencyStore):
     _ASYNC = False
 
-    def __init__(self, conn: Any, *, sync_outcomes: bool = False) -> None:
+    def __init__(
+        self, conn: Any, *, sync_outcomes: bool = False, deferred_outcomes: bool = False
+    ) -> None:
         self._pg = Postgres(conn, owner=type(self).__name__, is_async=self._ASYNC)
         self.conn = conn
         self.sync_outcomes = sync_outcomes
-        super().__init__(self._pg, DIALECT, relaxed=not sync_outcomes)
+        self.deferred_outcomes = deferred_outcomes
+        super().__init__(self._pg, DIALECT, relaxed=not sync_outcomes, deferred=deferred_outcomes)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -564,8 +583,17 @@ class PostgresIdempotencyStore(_PostgresLedger):
     Works with the pool configuration LangGraph's `PostgresSaver` needs
     (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). Claiming a
     new key is one ``INSERT ... ON CONFLICT DO NOTHING`` round trip, atomic across
-    workers (a replay reads the existing record: one more); an outcome is one
-    ``UPDATE``. Call `setup` once (``open_postgres`` does).
+    workers, that also returns the thread's unresolved intents of the same effect
+    (a replay reads the existing record: one more); an outcome is one ``UPDATE``.
+    Call `setup` once (``open_postgres`` does).
+
+    With ``deferred_outcomes=True`` (the default) the exactly-once flow hands the
+    outcome of an effect that ran to `defer_outcome`: a daemon thread writes it while
+    the answer goes on, and every read of this store that could see that key (a claim,
+    `get`, `unresolved`, `for_thread`, ...) waits for it first. A process killed before
+    it is written leaves the intent ``pending``, reconciled on resume through the
+    tool's ``status_check``, never re-run blindly. Close the pool after `flush()`:
+    an outcome still queued when the pool closes is given up the same way.
     Async methods run the sync ones in a worker thread; inside an event loop
     prefer `AsyncPostgresIdempotencyStore`.
 
@@ -577,8 +605,10 @@ class PostgresIdempotencyStore(_PostgresLedger):
     blindly. That saves one disk flush per side-effecting call.
     """
 
-    def __init__(self, conn: SyncConn, *, sync_outcomes: bool = False) -> None:
-        super().__init__(conn, sync_outcomes=sync_outcomes)
+    def __init__(
+        self, conn: SyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = True
+    ) -> None:
+        super().__init__(conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes)
 
     def setup(self) -> None:
         """Create the table and its indexes if they do not exist."""
@@ -591,7 +621,8 @@ class AsyncPostgresIdempotencyStore(_PostgresLedger):
     Sync methods are allowed from threads other than the store's event loop
     only (they run on that loop), exactly like LangGraph's `AsyncPostgresSaver`.
     Call ``await store.setup()`` once (``aopen_postgres`` does). Outcomes commit
-    as in `PostgresIdempotencyStore` (``sync_outcomes``).
+    as in `PostgresIdempotencyStore` (``sync_outcomes``), but are awaited: a task
+    left on the loop would be cancelled with it when ``asyncio.run`` returns.
     """
 
     _ASYNC = True

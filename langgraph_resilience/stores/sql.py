@@ -13,11 +13,18 @@ SQLite run the same decisions.
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import collections
 import dataclasses
 import datetime as dt
+import threading
+import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from langgraph_resilience.core.backoff import ledger_retry_delay
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import (
     DEFAULT_RETENTION,
@@ -26,11 +33,14 @@ from langgraph_resilience.core.effects import (
     OutcomeStatus,
 )
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.stores import values
 
 __all__ = [
     "COLUMNS",
+    "EXIT_FLUSH_TIMEOUT",
     "LedgerDialect",
+    "OutcomeWriter",
     "Runner",
     "SqlIdempotencyStore",
 ]
@@ -85,6 +95,10 @@ class LedgerDialect:
     record_of: Callable[[Any], IdempotencyRecord]
     purged: Callable[[Sequence[Any]], int]
     """How many rows a `purge` batch deleted, from the rows it returned."""
+    intent_unresolved: str | None = None
+    """`intent` and, in the same round trip, the thread's other pending intents of the
+    same fingerprint: rows tagged ``lgr_kind`` (``new``: the intent written;
+    ``sibling``: a pending one). None: the claim and `unresolved` are two statements."""
 
 
 def _lost_claim(key: str) -> RuntimeError:
@@ -94,15 +108,163 @@ def _lost_claim(key: str) -> RuntimeError:
     )
 
 
+class OutcomeWriter:
+    """Outcomes written after the caller has its answer: queued, and written in order by
+    one daemon thread (``write(key, result, status)``), each retried as every ledger
+    write is (`ledger_retry_delay`), then given up (the intent stays pending: it is
+    reconciled, never re-run). `wait` holds a reader until the queued outcomes it could
+    see are written; at interpreter exit the queue is written out (at most
+    `EXIT_FLUSH_TIMEOUT` seconds)."""
+
+    def __init__(self, write: Callable[[str, Any, OutcomeStatus], Any]) -> None:
+        self._write = write
+        self._queue: collections.deque[tuple[str, Any, OutcomeStatus, str | None]] = (
+            collections.deque()
+        )
+        """Outcomes not written yet, oldest first (the head is being written)."""
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        _WRITERS.add(self)
+
+    def put(self, key: str, result: Any, status: OutcomeStatus, thread_id: str | None) -> None:
+        """Queue one outcome."""
+        with self._cond:
+            self._queue.append((key, result, status, thread_id))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._drain, name="lgr-outcomes", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def holds(self, key: str | None, thread_id: str | None) -> bool:
+        """Whether an outcome `wait` would wait for is queued."""
+        with self._cond:
+            return self._holds(key, thread_id)
+
+    def _holds(self, key: str | None, thread_id: str | None) -> bool:
+        if key is None and thread_id is None:
+            return bool(self._queue)
+        return any(
+            k == key or (thread_id is not None and t in (thread_id, None))
+            for k, _, _, t in self._queue
+        )
+
+    def wait(self, key: str | None, thread_id: str | None, *, timeout: float | None = None) -> bool:
+        """Wait until no outcome of `key` or of `thread_id` (of anyone, when both are
+        None) is queued; False if `timeout` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._holds(key, thread_id), timeout)
+
+    def _drain(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue))
+                key, result, status, _ = self._queue[0]
+            try:
+                self._written(key, result, status)
+            finally:
+                with self._cond:
+                    self._queue.popleft()
+                    self._cond.notify_all()
+
+    def _written(self, key: str, result: Any, status: OutcomeStatus) -> None:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._write(key, result, status)
+                return
+            except Exception as exc:
+                delay = ledger_retry_delay(attempt)
+                if delay is None:
+                    logger.warning(
+                        "deferred outcome of %s not written (%s): the intent stays pending "
+                        "and is reconciled later",
+                        key,
+                        type(exc).__name__,
+                    )
+                    emit(
+                        Event(
+                            "ledger_unavailable",
+                            operation="record",
+                            key=key,
+                            error=type(exc).__name__,
+                        )
+                    )
+                    return
+                _NEVER_SLEEPS.sleep(delay)
+
+
+EXIT_FLUSH_TIMEOUT = 5.0
+"""How long interpreter exit waits for deferred outcomes to be written."""
+
+_WRITERS: weakref.WeakSet[OutcomeWriter] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    deadline = time.monotonic() + EXIT_FLUSH_TIMEOUT
+    for writer in list(_WRITERS):
+        writer.wait(None, None, timeout=max(0.0, deadline - time.monotonic()))
+
+
 class SqlIdempotencyStore:
     """The `~langgraph_resilience.core.effects.IdempotencyStore` over one `Runner`:
     each method drives one statement script, `drive` for it and `adrive` for its twin."""
 
-    def __init__(self, runner: Runner, dialect: LedgerDialect, *, relaxed: bool) -> None:
+    def __init__(
+        self, runner: Runner, dialect: LedgerDialect, *, relaxed: bool, deferred: bool = False
+    ) -> None:
         self._rows = runner.rows
         self._arows = runner.arows
         self._dialect = dialect
         self._outcome_sql = dialect.relaxed_outcome if relaxed else dialect.outcome
+        self._behind = OutcomeWriter(self._write_deferred) if deferred else None
+        """Outcomes handed over by `defer_outcome`, not written yet (None: never deferred)."""
+
+    # ----------------------------------------------------------- deferred outcomes
+
+    def _write_deferred(self, key: str, result: Any, status: OutcomeStatus) -> None:
+        drive(self._record(key, result, status), _NEVER_SLEEPS)
+
+    def _wait(self, key: str | None = None, thread_id: str | None = None) -> None:
+        """Before a read or a write that could see them: the deferred outcomes of `key`
+        or of `thread_id`'s keys written (every one when both are None)."""
+        if self._behind is not None:
+            self._behind.wait(key, thread_id)
+
+    async def _await(self, key: str | None = None, thread_id: str | None = None) -> None:
+        behind = self._behind
+        if behind is not None and behind.holds(key, thread_id):
+            await asyncio.to_thread(behind.wait, key, thread_id)
+
+    def defer_outcome(
+        self, key: str, result: Any, *, status: OutcomeStatus = "done", thread_id: str | None = None
+    ) -> None:
+        """Record the outcome of a pending intent without waiting for it (when the store
+        defers outcomes; else at once): a daemon thread writes it. Until it is written,
+        this store's reads of `key` or of `thread_id` wait for it, so this process never
+        sees the intent pending; a crash before it is written leaves the intent pending,
+        reconciled on resume, never re-run blindly."""
+        if self._behind is None:
+            self.record_outcome(key, result, status=status)
+            return
+        values.json_text(result, what="result")  # refused here, not in the writer
+        self._behind.put(key, result, status, thread_id)
+
+    async def adefer_outcome(
+        self, key: str, result: Any, *, status: OutcomeStatus = "done", thread_id: str | None = None
+    ) -> None:
+        """Async `defer_outcome` (handing over does not block the loop)."""
+        if self._behind is None:
+            await self.arecord_outcome(key, result, status=status)
+            return
+        self.defer_outcome(key, result, status=status, thread_id=thread_id)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every deferred outcome is written (or given up); False on timeout."""
+        return self._behind is None or self._behind.wait(None, None, timeout=timeout)
 
     # ----------------------------------------------------------- the scripts
 
@@ -122,10 +284,19 @@ class SqlIdempotencyStore:
             "args": values.audit_args(args_json),
             "fingerprint": fingerprint,
         }
+        together = dialect.intent_unresolved if fingerprint is not None else None
         for _ in range(_CLAIM_RETRIES):
-            rows = yield self._run(dialect.intent, params)
-            if rows:
-                return Claim("new", dialect.record_of(rows[0]))
+            if together is not None:
+                rows = yield self._run(together, params)
+                new = [row for row in rows if row["lgr_kind"] == "new"]
+                if new:
+                    found = [dialect.record_of(r) for r in rows if r["lgr_kind"] == "sibling"]
+                    found.sort(key=lambda r: (r.created_at, r.key))
+                    return Claim("new", dialect.record_of(new[0]), unresolved=tuple(found))
+            else:
+                rows = yield self._run(dialect.intent, params)
+                if rows:
+                    return Claim("new", dialect.record_of(rows[0]))
             rows = yield self._run(dialect.get, {"key": key})
             if rows:  # else it was released since: claim again
                 return values.claim_found(dialect.record_of(rows[0]))
@@ -196,39 +367,47 @@ class SqlIdempotencyStore:
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
         """Atomically write an intent for `key` unless one exists (one round trip)."""
+        self._wait(key, thread_id)
         return drive(self._claim(key, tool, args_json, thread_id, fingerprint), _NEVER_SLEEPS)
 
     def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """The thread's pending intents with this fingerprint, oldest first (one round trip)."""
+        self._wait(None, thread_id)
         return drive(self._unresolved(thread_id, fingerprint), _NEVER_SLEEPS)
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
         """Record the outcome of a pending intent (one round trip); the first wins."""
+        self._wait(key)
         return drive(self._record(key, result, status), _NEVER_SLEEPS)
 
     def release(self, key: str) -> bool:
         """Forget a pending or failed record so that the next claim is ``new``."""
+        self._wait(key)
         return drive(self._release(key), _NEVER_SLEEPS)
 
     def get(self, key: str) -> IdempotencyRecord | None:
         """The record of `key`, or None."""
+        self._wait(key)
         return drive(self._get(key), _NEVER_SLEEPS)
 
     def for_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Every record of one thread, oldest first."""
+        self._wait(None, thread_id)
         return drive(self._for_thread(thread_id), _NEVER_SLEEPS)
 
     def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
         """Delete the completed records whose outcome is older than `older_than` (by the
         backend's clock), in batches of 10,000 rows; never a pending one."""
+        self._wait()
         return drive(self._purge(older_than), _NEVER_SLEEPS)
 
     def list_pending(
         self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
     ) -> list[IdempotencyRecord]:
         """The pending intents claimed at least `older_than` ago, oldest first."""
+        self._wait()
         return drive(self._pending(older_than, limit), _NEVER_SLEEPS)
 
     # ----------------------------------------------------------- async
@@ -237,37 +416,45 @@ class SqlIdempotencyStore:
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
         """Async `claim`."""
+        await self._await(key, thread_id)
         flow = self._claim(key, tool, args_json, thread_id, fingerprint)
         return await adrive(flow, _NEVER_SLEEPS)
 
     async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """Async `unresolved`."""
+        await self._await(None, thread_id)
         return await adrive(self._unresolved(thread_id, fingerprint), _NEVER_SLEEPS)
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
         """Async `record_outcome`."""
+        await self._await(key)
         return await adrive(self._record(key, result, status), _NEVER_SLEEPS)
 
     async def arelease(self, key: str) -> bool:
         """Async `release`."""
+        await self._await(key)
         return await adrive(self._release(key), _NEVER_SLEEPS)
 
     async def aget(self, key: str) -> IdempotencyRecord | None:
         """Async `get`."""
+        await self._await(key)
         return await adrive(self._get(key), _NEVER_SLEEPS)
 
     async def afor_thread(self, thread_id: str) -> list[IdempotencyRecord]:
         """Async `for_thread`."""
+        await self._await(None, thread_id)
         return await adrive(self._for_thread(thread_id), _NEVER_SLEEPS)
 
     async def apurge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
         """Async `purge`."""
+        await self._await()
         return await adrive(self._purge(older_than), _NEVER_SLEEPS)
 
     async def alist_pending(
         self, older_than: float | dt.timedelta = 0.0, *, limit: int | None = None
     ) -> list[IdempotencyRecord]:
         """Async `list_pending`."""
+        await self._await()
         return await adrive(self._pending(older_than, limit), _NEVER_SLEEPS)
