@@ -52,8 +52,8 @@ def retried_in_step(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
     if total is None:
         return {}
     update, view, backoffs = total, state, 0
-    while isinstance(update, dict) and isinstance(view, Mapping):
-        wait = _short_wait(cfg, update)
+    while isinstance(total, dict) and isinstance(view, Mapping):
+        wait = _short_wait(cfg, total)
         if wait is None:
             break
         seconds, ids = wait
@@ -67,15 +67,18 @@ def retried_in_step(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
             break
         update = again
         total = _combined(cfg, total, update)
+        if not _ledger_of(_parts(update)[1]).get("calls"):
+            break  # nothing was due after all (a clock whose sleep moves no time)
     if backoffs:
         total = _combined(cfg, total, {"resilience": {"events": {"backoff": backoffs}}})
     return total
 
 
-def _short_wait(cfg: ToolSettings, update: Mapping[str, Any]) -> tuple[float, list[str]] | None:
-    """The wait until the first retry this update scheduled, when it is short enough to
-    sleep in the step, with the calls it schedules; else None."""
-    calls = (update.get("resilience") or {}).get("calls") or {}
+def _short_wait(cfg: ToolSettings, total: Mapping[str, Any]) -> tuple[float, list[str]] | None:
+    """The wait until the first retry the step scheduled (in any of its runs so far: the
+    latest record of each call), when it is short enough to sleep in the step, with the
+    calls then due; else None."""
+    calls = (total.get("resilience") or {}).get("calls") or {}
     dues = [
         (record["due"], record.get("call_id") or slot)
         for slot, record in calls.items()

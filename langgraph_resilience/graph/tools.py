@@ -128,6 +128,10 @@ class _InStep:
     gone: set[str] = dataclasses.field(default_factory=set)
     """Tools that answered STRUCTURAL during this step: its calls that have not
     started yet skip them (the ledger remembers them for later steps)."""
+    kept: dict[str, tuple[ToolCallRequest, Callable[..., Any]]] | None = None
+    """Where the node keeps ToolNode's request and executor of each call it runs (by
+    call id), so a retry inside the step runs the call again without a new ToolNode
+    run (and its thread pool), as a wrap_tool_call retry does; None: not kept."""
 
 
 _STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
@@ -463,6 +467,7 @@ class GuardedToolNode(ResilienceNode):
     ) -> Answer:
         """Sync interception of one call (ToolNode's ``wrap_tool_call``)."""
         call = request.tool_call
+        _keep(request, execute)
 
         def run(req: ToolCallRequest) -> Call:
             return Call(self.guards.timed, None, (call, req, execute, None))
@@ -478,6 +483,7 @@ class GuardedToolNode(ResilienceNode):
     ) -> Answer:
         """Async interception of one call (ToolNode's ``awrap_tool_call``)."""
         call = request.tool_call
+        _keep(request, execute)
 
         def run(req: ToolCallRequest) -> Call:
             return Call(self.guards.timed, self.guards.atimed, (call, req, execute, None))
@@ -529,27 +535,43 @@ class GuardedToolNode(ResilienceNode):
     def _step(self, state: Any, config: RunnableConfig) -> Flow[Any]:
         """The step as one `core.flow` flow: a run of the due calls, and another after
         each short backoff it leaves (`step_retry`)."""
-        once = functools.partial(self._once, config)
+        once = functools.partial(self._once, config, {})
         return (yield from retried_in_step(self.settings, state, once))
 
-    def _once(self, config: RunnableConfig, state: Any) -> Flow[Any]:
+    def _once(self, config: RunnableConfig, kept: dict[str, Any], state: Any) -> Flow[Any]:
         """One run: plan the batch, run it through ToolNode, settle it, report it."""
         batch = plan_batch(self.settings, state)
         if batch is None:
             return None
         output: Any = {}
         if batch.runnable:
-            ledgers, tool_node = self._ledgers, self._tool_node
+            ledgers = self._ledgers
             ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
-            with in_step(batch, ledger):
-                output = yield Call(
-                    tool_node.invoke,
-                    tool_node.ainvoke,
-                    (step_input(self.settings, state, batch), config),
-                )
+            with in_step(batch, ledger, kept):
+                output = yield from self._execute(state, config, batch, kept)
         update, reports = finish_step(self.settings, state, batch, output)
         yield from self.guards.reports(reports)
         return update
+
+    def _execute(
+        self, state: Any, config: RunnableConfig, batch: Batch, kept: dict[str, Any]
+    ) -> Flow[Any]:
+        """ToolNode's output for the batch. A lone call retried inside the step runs
+        again through the executor ToolNode gave it in this step's first run, as
+        ToolRetryMiddleware's retries do; any other batch is a ToolNode run."""
+        [call, *others] = batch.runnable
+        found = None if others else kept.get(call["id"] or "")
+        if found is None or found[0].tool_call["name"] != call["name"]:
+            tool_node = self._tool_node
+            run = (step_input(self.settings, state, batch), config)
+            return (yield Call(tool_node.invoke, tool_node.ainvoke, run))
+        request, execute = found
+        again = request.override(tool_call=call)
+        answer = yield Call(
+            functools.partial(self._wrap, again, execute),
+            functools.partial(self._awrap, again, execute),
+        )
+        return [answer] if isinstance(answer, Command) else {self.messages_key: [answer]}
 
 
 class in_step:  # noqa: N801 - a context manager, used like a function
@@ -557,14 +579,26 @@ class in_step:  # noqa: N801 - a context manager, used like a function
     for a step of one call); put the previous step back after (set, not reset: a
     BaseException may unwind in another context)."""
 
-    def __init__(self, batch: Batch, ledger: EffectLedger | None) -> None:
-        self.step, self.previous = _InStep(batch, ledger), _STEP.get()
+    def __init__(
+        self,
+        batch: Batch,
+        ledger: EffectLedger | None,
+        kept: dict[str, tuple[ToolCallRequest, Callable[..., Any]]] | None = None,
+    ) -> None:
+        self.step, self.previous = _InStep(batch, ledger, kept=kept), _STEP.get()
 
     def __enter__(self) -> None:
         _STEP.set(self.step)
 
     def __exit__(self, *exc: object) -> None:
         _STEP.set(self.previous)
+
+
+def _keep(request: ToolCallRequest, execute: Callable[..., Any]) -> None:
+    """Keep a call's ToolNode request and executor for a retry inside the step."""
+    step = _STEP.get()
+    if step is not None and step.kept is not None:
+        step.kept[request.tool_call["id"] or ""] = (request, execute)
 
 
 def _messages_of(request: ToolCallRequest, messages_key: str) -> list[Any]:

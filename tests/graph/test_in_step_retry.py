@@ -339,3 +339,29 @@ def test_the_middleware_still_checkpoints_a_long_wait(runner: Runner) -> None:
     assert [n for n in nodes if n == "tools"] == ["tools", "tools"]
     assert clock.sleeps == [5.0]
     assert [m.status for m in _answers(state)] == ["success"]
+
+
+def test_the_step_waits_exactly_what_the_retry_node_would(runner: Runner) -> None:
+    """Two calls failing with different backoffs: the step sleeps until the earliest due
+    call each time, the same waits and executions as through the retry node."""
+
+    def run(policy: ResiliencePolicy) -> tuple[list[float], int, list[str]]:
+        a = FaultyTool(search, then=Fault.status(503))
+        b = FaultyTool(weather, then=Fault.status(502))
+        h = build_graph(
+            [a, b],
+            [tool_calls(("search", {"query": "x"}), ("weather", {"city": "Oslo"})), text("ok")],
+            policy=policy,
+        )
+        nodes, _, _ = _run(runner, h.app, {"messages": [("user", "x")]}, h.config())
+        return h.clock.sleeps, a.calls + b.calls, nodes
+
+    inline = run(ResiliencePolicy(max_attempts=3, max_tool_attempts=5))
+    through_node = run(
+        ResiliencePolicy(max_attempts=3, max_tool_attempts=5, inline_retry_max_wait=None)
+    )
+
+    assert inline[0] == pytest.approx(through_node[0])
+    assert inline[1] == through_node[1] == 5
+    assert inline[2] == ["agent", "tools", "agent"]
+    assert "retry" in through_node[2]
