@@ -51,7 +51,14 @@ def hang(marker: pathlib.Path, what: str) -> None:
 
 
 def build(
-    dsn: str, saver: Any, *, kill_at: str, marker: pathlib.Path, hang_on: int, forbid: bool
+    dsn: str,
+    saver: Any,
+    *,
+    kill_at: str,
+    marker: pathlib.Path,
+    hang_on: int,
+    forbid: bool,
+    in_step: bool = True,
 ) -> Any:
     attempts_here = [0]
 
@@ -103,7 +110,7 @@ def build(
 
     middleware = ResilienceMiddleware(
         clock=FakeClock(epoch=time.time()),
-        policy=ResiliencePolicy(max_attempts=3),
+        policy=ResiliencePolicy(max_attempts=3, inline_retry_max_wait=1.0 if in_step else None),
         profiles={"refund": ToolProfile(side_effect=True, status_check=status)},
         escalate=True,
     )
@@ -131,6 +138,9 @@ def main() -> None:
     parser.add_argument("--hang-on", type=int, default=0)
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
     parser.add_argument("--action", default="retry")
+    parser.add_argument(
+        "--no-in-step", action="store_true", help="every retry through a checkpointed step"
+    )
     args = parser.parse_args()
     kill_at = args.kill_at if args.phase == "start" else "none"
     marker = pathlib.Path(args.marker)
@@ -140,6 +150,7 @@ def main() -> None:
         inp = Command(resume={"action": args.action})
     forbid = args.phase == "start"
     options = {"kill_at": kill_at, "marker": marker, "hang_on": args.hang_on, "forbid": forbid}
+    options["in_step"] = not args.no_in_step
     if args.mode == "sync":
         with ConnectionPool(args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS) as pool:
             saver = PostgresSaver(pool)

@@ -59,8 +59,33 @@ def test_sigkill_around_a_refund_then_resume_refunds_once(
 def test_attempts_spent_before_a_crash_count_after_the_resume(
     pg_dsn: str, tmp_path: pathlib.Path, mode: str
 ) -> None:
-    """max_attempts=3: the first process fails once and is killed during its second
-    attempt; the resumed process may make only the two attempts left."""
+    """max_attempts=3, every retry a checkpointed step (inline_retry_max_wait=None): the
+    first process fails once and is killed during its second attempt; the resumed
+    process may make only the two attempts left."""
+    _prepare(pg_dsn)
+    marker = tmp_path / "marker"
+    common = ["--dsn", pg_dsn, "--thread", uuid.uuid4().hex, "--marker", str(marker)]
+    common += ["--mode", mode, "--ask", "lookup", "--no-in-step"]
+    _kill_at_marker(
+        marker, spawn(WORKER, "start", *common, "--kill-at", "none", "--hang-on", "2", killed=True)
+    )
+    assert _count(pg_dsn, "attempts") == 2
+
+    result = finish(spawn(WORKER, "resume", *common))
+
+    assert _count(pg_dsn, "attempts") == 4  # the killed attempt is made again, once
+    assert result["attempts"] == [3]
+    assert result["interrupts"] == 1  # retries spent: a human is asked (escalate=True)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_crash_inside_the_step_repeats_its_attempts_once(
+    pg_dsn: str, tmp_path: pathlib.Path, mode: str
+) -> None:
+    """The crash rule of a short backoff retried inside the step: the first process fails
+    once, retries inside the step and is SIGKILLed during that second attempt, before the
+    step's checkpoint; the resumed step counts from the checkpoint before it, so both
+    attempts are made again once: 2 + 3 executions, 3 counted."""
     _prepare(pg_dsn)
     marker = tmp_path / "marker"
     common = ["--dsn", pg_dsn, "--thread", uuid.uuid4().hex, "--marker", str(marker)]
@@ -72,9 +97,9 @@ def test_attempts_spent_before_a_crash_count_after_the_resume(
 
     result = finish(spawn(WORKER, "resume", *common))
 
-    assert _count(pg_dsn, "attempts") == 4  # the killed attempt is made again, once
+    assert _count(pg_dsn, "attempts") == 5
     assert result["attempts"] == [3]
-    assert result["interrupts"] == 1  # retries spent: a human is asked (escalate=True)
+    assert result["interrupts"] == 1
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
