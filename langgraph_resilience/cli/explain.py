@@ -115,6 +115,9 @@ class _Thread:
     ledger, the plan's status and the task's replans."""
 
     classes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    errors: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The last failed attempt's error type, per call id."""
+    attempts: dict[str, int] = dataclasses.field(default_factory=dict)
     backoff: dict[str, float] = dataclasses.field(default_factory=dict)
     resolutions: dict[str, str] = dataclasses.field(default_factory=dict)
     plan_status: str | None = None
@@ -129,8 +132,11 @@ class _Thread:
         )
         for event in events:
             call_id = str(event.get("call_id"))
+            if event.get(EVENT_KEY) == "attempt":
+                thread.attempts[call_id] = thread.attempts.get(call_id, 0) + 1
             if event.get(EVENT_KEY) == "attempt" and not event.get("ok"):
                 thread.classes.setdefault(call_id, []).append(str(event.get("failure_class")))
+                thread.errors[call_id] = str(event.get("error") or "error")
             elif event.get(EVENT_KEY) == "retry_scheduled":
                 delay = float(event.get("delay") or 0.0)
                 thread.backoff[call_id] = thread.backoff.get(call_id, 0.0) + delay
@@ -139,10 +145,26 @@ class _Thread:
         return thread
 
 
+def _answered_record(call_id: str, answer: ToolMessage | None, thread: _Thread) -> dict[str, Any]:
+    """What the ledger no longer keeps of an answered call (the bounded ledger drops
+    finished records): its answer's recovery trail and the run log's attempts."""
+    if answer is None:
+        return {}
+    meta = answer.response_metadata.get("resilience")
+    record: dict[str, Any] = dict(meta) if isinstance(meta, Mapping) else {}
+    record["status"] = "failed" if answer.status == "error" else "ok"
+    record["attempts"] = thread.attempts.get(call_id) or record.get("attempts") or 1
+    if call_id in thread.errors:
+        error = thread.errors[call_id]
+        record["error"] = {"failure_class": thread.classes[call_id][-1], "type": error}
+    return record
+
+
 def _row(
     call: Mapping[str, Any], record: Mapping[str, Any], answer: ToolMessage | None, thread: _Thread
 ) -> CallRow:
     call_id = str(call["id"])
+    record = record or _answered_record(call_id, answer, thread)
     klass, failed, recovery, how = _explain(call, record, answer, thread.resolutions)
     llm_calls = int(record.get("repairs") or 0)
     ok = answer is not None and answer.status != "error"

@@ -38,6 +38,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel
 
+from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.classify import classify
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
@@ -59,6 +60,7 @@ from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph import state as ledger_state
+from langgraph_resilience.graph.answers import tool_error_of
 from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.router import Next, next_step
 from langgraph_resilience.graph.tools import error_message
@@ -88,6 +90,42 @@ def _envelopes(records: Collection[ledger_state.CallRecord]) -> list[ToolError]:
         for envelope in [*record.get("tried_errors", []), record["error"]]
         if envelope
     ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TaskAnswers:
+    """What the current task's answered calls say (the bounded ledger no longer keeps
+    their records): the keys of failed calls and of done side effects, the envelopes."""
+
+    failed: frozenset[str]
+    done_effects: frozenset[str]
+    errors: tuple[ToolError, ...]
+
+
+def _task_answers(
+    messages: list[AnyMessage], side_effects: Collection[str], noise: Collection[str]
+) -> _TaskAnswers:
+    start = next(
+        (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
+        0,
+    )
+    issued: dict[str, tuple[str, dict[str, Any]]] = {}
+    failed: set[str] = set()
+    done: set[str] = set()
+    errors: list[ToolError] = []
+    for message in messages[start:]:
+        if isinstance(message, AIMessage):
+            issued.update({c["id"] or "": (c["name"], c["args"]) for c in message.tool_calls})
+        elif isinstance(message, ToolMessage) and message.tool_call_id in issued:
+            name, args = issued[message.tool_call_id]
+            if message.status == "error":
+                failed.add(call_key(name, args, noise_fields=noise))
+                envelope = tool_error_of(message)
+                if envelope is not None:
+                    errors.append(envelope)
+            elif name in side_effects:
+                done.add(call_key(name, args, noise_fields=noise))
+    return _TaskAnswers(frozenset(failed), frozenset(done), tuple(errors))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -145,9 +183,10 @@ class PlannerNode(ResilienceNode):
         messages = ledger_state.read_messages(state, self.messages_key)
         task = ledger_state.task_view(ledger, ledger_state.current_task(messages))
         failures = _envelopes(waiting.values())
+        answered = _task_answers(messages, self.side_effects, self.policy.noise_fields)
         structural = {
             e.tool
-            for e in _envelopes(calls.values())
+            for e in [*_envelopes(calls.values()), *answered.errors]
             if e.tool and e.failure_class is FailureClass.STRUCTURAL
         }
         states = dict(self.breaker_states()) if self.breaker_states else {}
@@ -179,12 +218,14 @@ class PlannerNode(ResilienceNode):
             structural=structural,
             failed_calls={
                 r["key"] for r in calls.values() if r["status"] != "ok" and r["error"] and r["key"]
-            },
+            }
+            | answered.failed,
             done_effects={
                 r["key"]
                 for r in calls.values()
                 if r["status"] == "ok" and r["key"] and r["tool"] in self.side_effects
-            },
+            }
+            | answered.done_effects,
             open={tool for tool, s in states.items() if s == "open"},
             request=request,
         )

@@ -25,10 +25,24 @@ update. A whole ledger (one that came out of `merge_ledger`, e.g. a subgraph's
 final state handed to its parent) carries a revision and *replaces* an older
 one instead of being added to it. Everything in it is plain JSON, so every
 LangGraph checkpointer stores it without custom serializers.
+
+The ledger is bounded: its size does not grow with the thread. A finished call
+(``ok``/``failed``) is answered by its `ToolMessage`, so nothing decides on its
+record any more (the planner reads the task's answered calls from its messages):
+a clean success (one attempt, nothing recovered) is dropped at
+once, and a recovered or failed call's record (the audit `explain` shows) is
+dropped when the calls of a later assistant message are recorded. Only the
+count of dropped records stays (``done``). The loop guard remembers the
+`SEEN_KEYS` most recently issued distinct calls of a task, ``informed`` the
+`INFORMED_KEYS` latest effects, and a kept finished record's arguments larger
+than `INLINE_ARGS_BYTES` are stored by digest. A ledger written before this
+bound (every record kept) loads as is and is compacted by its first delta.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal, NamedTuple, NotRequired
 
@@ -36,8 +50,12 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCal
 from typing_extensions import TypedDict
 
 __all__ = [
+    "FINISHED",
+    "INFORMED_KEYS",
+    "INLINE_ARGS_BYTES",
     "PLAN_CALL_PREFIX",
     "RECENT_KEYS",
+    "SEEN_KEYS",
     "CallRecord",
     "CallSlot",
     "Ledger",
@@ -66,6 +84,20 @@ PLAN_CALL_PREFIX = "replan-"
 
 RECENT_KEYS = 8
 """How many recently issued call keys the ledger keeps (loop patterns)."""
+
+SEEN_KEYS = 64
+"""How many distinct call keys a task's loop guard remembers (``seen``, ``failed``):
+the most recently issued ones. A call repeated after 64 other distinct calls is not
+counted as a repeat of the first."""
+
+INFORMED_KEYS = 64
+"""How many unknown-outcome effects the ledger remembers telling the agent of."""
+
+INLINE_ARGS_BYTES = 1024
+"""A kept finished record's arguments above this size (as JSON) are stored by digest."""
+
+FINISHED: frozenset[str] = frozenset({"ok", "failed"})
+"""The statuses of an answered call, whose record nothing decides on any more."""
 
 
 class CallRecord(TypedDict):
@@ -163,6 +195,9 @@ class Ledger(TypedDict, total=False):
     """Side effects of unknown outcome the agent was told of: idempotency key -> task.
     In a later task the same effect asked for anew is not blocked by them (a new
     human request is informed, not a blind re-issue); in the same task it is."""
+    done: dict[str, int]
+    """Finished call records dropped from `calls`, by status: the thread's history of
+    answered calls is in its messages, the ledger keeps only their count."""
     rev: int
     """Set on every merged (whole) ledger, never on a delta: a whole ledger written
     back (a subgraph's output) replaces an older one instead of adding to it."""
@@ -226,12 +261,9 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     merged["rev"] = int(merged["rev"]) + 1
     delta_calls = update.get("calls")
     if delta_calls:
-        calls = dict(merged["calls"])
-        for slot, record in delta_calls.items():
-            existing = calls.get(slot)
-            if existing is None or record["attempts"] >= existing["attempts"]:
-                calls[slot] = record
-        merged["calls"] = calls
+        merged["calls"], dropped = _merge_calls(merged["calls"], delta_calls)
+        if dropped:
+            merged["done"] = _added(merged.get("done") or {}, dropped)
     for counter in ("tool_attempts", "llm_calls", "replans"):
         if update.get(counter):
             merged[counter] = int(merged[counter]) + int(update[counter])
@@ -242,13 +274,97 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     if update.get("events"):
         merged["events"] = _added(merged["events"], update["events"])
     if update.get("informed"):
-        merged["informed"] = {**merged["informed"], **update["informed"]}
+        informed = {**merged["informed"], **update["informed"]}
+        merged["informed"] = _latest(informed, INFORMED_KEYS)
     if update.get("gone"):
         gone = dict(merged["gone"])
         for tool, at in update["gone"].items():
             gone[tool] = max(at, gone.get(tool, at))
         merged["gone"] = gone
     return merged
+
+
+def _merge_calls(
+    current: dict[str, CallRecord], delta: dict[str, CallRecord]
+) -> tuple[dict[str, CallRecord], dict[str, int]]:
+    """The call records with `delta` merged in, compacted: the records and the count of
+    finished ones dropped, by status.
+
+    A finished record goes when it holds nothing to audit (a clean success) or when
+    the delta records calls of another assistant message (its own message is done);
+    unresolved records always stay."""
+    calls = dict(current)
+    for slot, record in delta.items():
+        existing = calls.get(slot)
+        if existing is None or record["attempts"] >= existing["attempts"]:
+            calls[slot] = record
+    messages = {slot.rpartition(":")[0] for slot in delta}
+    dropped: dict[str, int] = {}
+    for slot in list(calls):
+        record = calls[slot]
+        status = record["status"]
+        if status not in FINISHED:
+            continue
+        if _clean(record) or slot.rpartition(":")[0] not in messages:
+            del calls[slot]
+            dropped[status] = dropped.get(status, 0) + 1
+        elif slot in delta:
+            calls[slot] = _slim(record)
+    return calls, dropped
+
+
+_AUDITED = ("trail", "coercions", "served_by", "repairs", "done_items", "tried")
+
+
+def _clean(record: CallRecord) -> bool:
+    """A success that recovered from nothing: its `ToolMessage` says all there is."""
+    return (
+        record["status"] == "ok"
+        and record["error"] is None
+        and record["attempts"] <= 1
+        and not any(name in record for name in _AUDITED)
+    )
+
+
+def _slim(record: CallRecord) -> CallRecord:
+    """A finished record kept for audit, its large arguments replaced by their digest."""
+    large = [
+        name
+        for name in ("args", "origin_args")
+        if name in record and _json_size(record[name]) > INLINE_ARGS_BYTES
+    ]
+    trail = record.get("trail") or []
+    long_trail = any(_json_size(entry.get("args")) > INLINE_ARGS_BYTES for entry in trail)
+    if not large and not long_trail:
+        return record
+    slim: CallRecord = {**record}
+    for name in large:
+        slim[name] = _digest(slim[name])
+    if long_trail:
+        slim["trail"] = [
+            {**entry, "args": _digest(entry["args"])}
+            if _json_size(entry.get("args")) > INLINE_ARGS_BYTES
+            else entry
+            for entry in trail
+        ]
+    return slim
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, default=str, separators=(",", ":")))
+
+
+def _digest(value: Any) -> dict[str, Any]:
+    """Large arguments by digest: what they were is checkable, not stored."""
+    encoded = json.dumps(value, default=str, sort_keys=True, separators=(",", ":")).encode()
+    return {"sha256": hashlib.sha256(encoded).hexdigest(), "bytes": len(encoded)}
+
+
+def _latest(entries: dict[str, Any], limit: int) -> dict[str, Any]:
+    """The `limit` most recently inserted entries."""
+    if len(entries) <= limit:
+        return entries
+    return dict(list(entries.items())[-limit:])
 
 
 def _merge_task(current: TaskLedger, update: TaskLedger) -> TaskLedger:
@@ -266,9 +382,9 @@ def _merge_task(current: TaskLedger, update: TaskLedger) -> TaskLedger:
         known = merged.get("started_at")
         merged["started_at"] = started if known is None else min(known, started)
     if update.get("seen"):
-        merged["seen"] = _added(merged["seen"], update["seen"])
+        merged["seen"] = _added(merged["seen"], update["seen"], limit=SEEN_KEYS)
     if update.get("failed"):
-        merged["failed"] = _added(merged["failed"], update["failed"])
+        merged["failed"] = _added(merged["failed"], update["failed"], limit=SEEN_KEYS)
     if update.get("recent"):
         merged["recent"] = [*merged["recent"], *update["recent"]][-RECENT_KEYS:]
     if update.get("aborted"):
@@ -276,16 +392,24 @@ def _merge_task(current: TaskLedger, update: TaskLedger) -> TaskLedger:
     return merged
 
 
-def _added(totals: dict[str, int], delta: dict[str, int]) -> dict[str, int]:
-    """A new count map: `totals` plus `delta` (entries that reach 0 are dropped)."""
+def _added(
+    totals: dict[str, int], delta: dict[str, int], *, limit: int | None = None
+) -> dict[str, int]:
+    """A new count map: `totals` plus `delta` (entries that reach 0 are dropped).
+
+    With `limit`, a counted entry moves to the end and only the `limit` most recently
+    counted stay; a decrement of an entry already forgotten is ignored."""
     added = dict(totals)
     for name, count in delta.items():
-        total = added.get(name, 0) + int(count)
+        known = added.pop(name, None) if limit is not None else added.get(name)
+        if known is None and limit is not None and int(count) < 0:
+            continue
+        total = (known or 0) + int(count)
         if total:
             added[name] = total
         else:
             added.pop(name, None)
-    return added
+    return _latest(added, limit) if limit is not None else added
 
 
 ResilienceLedger = Annotated[Ledger, merge_ledger]

@@ -206,7 +206,7 @@ def _ledger_summary(values: Any) -> dict[str, Any]:
     ledger = values.get("resilience") if isinstance(values, Mapping) else None
     if not isinstance(ledger, Mapping):
         return {}
-    calls: dict[str, int] = {}
+    calls: dict[str, int] = {str(k): int(v) for k, v in (ledger.get("done") or {}).items()}
     for record in (ledger.get("calls") or {}).values():
         status = str(record.get("status", "?"))
         calls[status] = calls.get(status, 0) + 1

@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_resilience import Ledger, classify, merge_ledger
-from langgraph_resilience.graph.state import CallRecord, empty_ledger, read_ledger
+from langgraph_resilience.graph.state import (
+    INFORMED_KEYS,
+    SEEN_KEYS,
+    CallRecord,
+    empty_ledger,
+    read_ledger,
+)
 from langgraph_resilience.testing import FakeHTTPError
 
 
@@ -326,3 +332,114 @@ def test_read_ledger_of_a_state_without_one_is_empty() -> None:
     assert read_ledger({"resilience": None}) == empty_ledger()
     ledger = _realistic_ledger()
     assert read_ledger({"resilience": ledger}) is ledger
+
+
+# ----------------------------------------------------------------------- bounded
+
+
+def _turn(ledger: Ledger | None, turn: int, *, recovered: bool = False) -> Ledger:
+    """One task's tools step: two calls of a new assistant message, answered."""
+    first = _record(2 if recovered else 1, status="ok", key=f"search:{turn:020d}")
+    if recovered:
+        first["error"] = {"type": "HTTPError", "failure_class": "transient"}
+    delta: Any = {
+        "calls": {f"ai{turn}:0": first, f"ai{turn}:1": _record(1, status="ok")},
+        "task": {"id": f"h{turn}", "tool_attempts": 2, "seen": {f"k{turn}": 1}},
+        "tool_attempts": 2,
+        "events": {"attempt": 2},
+    }
+    return merge_ledger(ledger, delta)
+
+
+def _size(ledger: Ledger) -> int:
+    return len(JsonPlusSerializer().dumps_typed(ledger)[1])
+
+
+def test_the_ledger_does_not_grow_with_the_thread() -> None:
+    """After 5,000 calls the channel is the size it was after 100, and far below 20 KB;
+    the counters still count every call."""
+    ledger: Ledger | None = None
+    sizes = {}
+    for turn in range(2500):
+        ledger = _turn(ledger, turn, recovered=turn % 7 == 0)
+        if turn + 1 in (50, 2500):
+            sizes[turn + 1] = _size(ledger)
+    assert ledger is not None
+    assert sizes[2500] <= sizes[50] + 16  # only the counters' digits grow
+    assert sizes[2500] < 20_000
+    assert ledger["tool_attempts"] == 5000
+    assert sum(ledger["done"].values()) + len(ledger["calls"]) == 5000
+
+
+def test_a_clean_success_is_dropped_and_counted_at_once() -> None:
+    """One attempt, nothing recovered: its ToolMessage says everything."""
+    merged = merge_ledger(None, {"calls": {"m:0": _record(1, status="ok")}})
+    assert merged["calls"] == {}
+    assert merged["done"] == {"ok": 1}
+
+
+def test_a_recovered_call_stays_for_audit_until_the_next_message() -> None:
+    """A call that recovered (or failed) keeps its record while its message is the
+    latest; the next message's calls drop it, and it is counted."""
+    recovered = _record(2, status="ok", error={"type": "HTTPError"})
+    ledger = merge_ledger(None, {"calls": {"m1:0": recovered, "m1:1": _record(3)}})
+    assert set(ledger["calls"]) == {"m1:0", "m1:1"}
+    ledger = merge_ledger(ledger, {"events": {"route": 1}})  # no calls: nothing dropped
+    assert set(ledger["calls"]) == {"m1:0", "m1:1"}
+    ledger = merge_ledger(ledger, {"calls": {"m2:0": _record(1, status="scheduled")}})
+    assert set(ledger["calls"]) == {"m2:0"}
+    assert ledger["done"] == {"ok": 1, "failed": 1}
+
+
+def test_unresolved_calls_are_never_dropped() -> None:
+    """A call waiting for a retry, a repair, a replan or a human keeps its record, with its
+    full arguments, whatever comes after it."""
+    big = {"text": "x" * 5000}
+    waiting = {
+        f"m1:{i}": _record(1, status=status, args=big)
+        for i, status in enumerate(("scheduled", "repair", "replan", "escalate"))
+    }
+    ledger = merge_ledger(None, {"calls": waiting})
+    for turn in range(20):
+        ledger = _turn(ledger, turn)
+    assert {slot: r["args"] for slot, r in ledger["calls"].items()} == dict.fromkeys(waiting, big)
+
+
+def test_a_kept_finished_records_large_arguments_are_stored_by_digest() -> None:
+    """Audit keeps what the arguments were (digest and size), not the megabytes."""
+    big = {"text": "x" * 5000}
+    trail = [{"args": big, "error": {"type": "ValueError"}}, {"args": {"n": 1}, "error": {}}]
+    record = _record(2, status="ok", args=big, trail=trail, error={"type": "ValueError"})
+    kept = merge_ledger(None, {"calls": {"m:0": record}})["calls"]["m:0"]
+    assert kept["args"] == {"sha256": kept["args"]["sha256"], "bytes": 5011}
+    assert len(kept["args"]["sha256"]) == 64
+    assert kept["trail"][0]["args"] == kept["args"]
+    assert kept["trail"][1]["args"] == {"n": 1}
+    assert _size({"calls": {"m:0": kept}}) < 1000  # type: ignore[typeddict-item]
+
+
+def test_the_loop_guard_remembers_the_most_recent_distinct_calls() -> None:
+    """`seen` keeps the SEEN_KEYS most recently counted keys: a hot key survives any
+    number of others, and a decrement of a forgotten key does not go negative."""
+    ledger = merge_ledger(None, {"task": {"id": "t", "seen": {"hot": 1}}})
+    for i in range(3 * SEEN_KEYS):
+        seen: dict[str, int] = {f"k{i}": 1}
+        if i % 10 == 0:
+            seen["hot"] = 1
+        ledger = merge_ledger(ledger, {"task": {"id": "t", "seen": seen}})
+    task = ledger["task"]
+    assert len(task["seen"]) == SEEN_KEYS
+    assert task["seen"]["hot"] == 1 + len(range(0, 3 * SEEN_KEYS, 10))
+    assert "k0" not in task["seen"]
+    ledger = merge_ledger(ledger, {"task": {"id": "t", "seen": {"k0": -1}}})
+    assert "k0" not in ledger["task"]["seen"]
+
+
+def test_informed_effects_are_bounded() -> None:
+    """The agent-was-told map keeps the latest INFORMED_KEYS effects."""
+    ledger = merge_ledger(None, None)
+    for i in range(INFORMED_KEYS + 10):
+        ledger = merge_ledger(ledger, {"informed": {f"e{i}": "t"}})
+    assert len(ledger["informed"]) == INFORMED_KEYS
+    assert f"e{INFORMED_KEYS + 9}" in ledger["informed"]
+    assert "e0" not in ledger["informed"]
