@@ -49,7 +49,7 @@ _ENDED = threading.Condition()
 _RAN_HERE: collections.OrderedDict[str, None] = collections.OrderedDict()
 """Keys whose last attempt ran in this process and has ended (the newest, bounded): an
 intent of theirs left pending is not another process's attempt on the wire."""
-_RAN_HERE_MAX = 10_000
+_RAN_HERE_MAX = 1024
 OTHER_RUNNER_WAIT = 60.0
 """How long a reconciliation waits for an attempt another runner of this process is
 executing when the tool has no timeout (with one, the timeout bounds the wait)."""

@@ -14,7 +14,8 @@ the graph was compiled with, or the one a server injects):
 - an `InMemorySaver` that persists to a file (its storage a LangGraph
   ``PersistentDict``, as ``langgraph dev`` keeps threads in ``.langgraph_api/``
   across restarts): our SQLite tables in a file beside it, ``lgr_ledger.sqlite``;
-- `InMemorySaver`, or no checkpointer at all: in this process, like the checkpoints;
+- `InMemorySaver`, or no checkpointer at all: in this process, like the checkpoints
+  (beside an `InMemorySaver`, the records of threads it no longer holds are dropped);
 - anything else: the first run fails with a `ConfigurationError` saying what to
   pass. Never silently in-process next to a durable checkpointer.
 """
@@ -27,7 +28,7 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -90,6 +91,18 @@ def attach_ledger(checkpointer: Any, idempotency: IdempotencyStore, saga: SagaLo
 def run_checkpointer(config: RunnableConfig | Mapping[str, Any]) -> Any:
     """The checkpointer LangGraph runs this step with, or None."""
     return (config.get("configurable") or {}).get(_CHECKPOINTER_KEY)
+
+
+def _in_saver(saver: InMemorySaver) -> Callable[[str], bool]:
+    """Whether a thread is still in `saver` (held weakly: the ledger does not keep the
+    saver alive)."""
+    ref = weakref.ref(saver)
+
+    def alive(thread_id: str) -> bool:
+        found = ref()
+        return found is not None and thread_id in found.storage
+
+    return alive
 
 
 class LedgerResolver:
@@ -169,7 +182,8 @@ class LedgerResolver:
         if beside:
             return self._sqlite_ledger(os.path.join(os.path.dirname(beside), LEDGER_FILE))
         if type(checkpointer) is InMemorySaver:
-            return self._local, False
+            own = InMemoryIdempotencyStore(thread_alive=_in_saver(checkpointer))
+            return self._with_explicit(EffectLedger(own, self._local.saga)), False
         if isinstance(checkpointer, PostgresSaver):
             built = EffectLedger(
                 PostgresIdempotencyStore(checkpointer.conn), PostgresSagaLog(checkpointer.conn)

@@ -26,10 +26,12 @@ from langgraph_resilience.core.effects import (
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.stores import values
 
-__all__ = ["DEFAULT_MAX_ENTRIES", "InMemoryIdempotencyStore"]
+__all__ = ["DEFAULT_MAX_ENTRIES", "SWEEP_EVERY", "InMemoryIdempotencyStore"]
 
 
 DEFAULT_MAX_ENTRIES = 10_000
+SWEEP_EVERY = 256
+"""Writes between two sweeps for completed records of threads that are gone."""
 """How many keys an in-process breaker or retry-budget store holds by default."""
 
 
@@ -73,8 +75,12 @@ class InMemoryIdempotencyStore:
     was last written or replayed). Both evict only *completed* records (``done``
     or ``failed``), least recently used first, on the next write; a ``pending``
     record (outcome UNKNOWN) is never evicted, so pending records alone may
-    exceed `max_entries`. An evicted record is forgotten exactly as `purge`
-    forgets one: a replay of its call after that runs again, so keep `ttl`
+    exceed `max_entries`. With `thread_alive` (what the ledger chosen beside an
+    `InMemorySaver` passes: is the thread still in the saver?), completed records of
+    threads that are gone are dropped every `SWEEP_EVERY` writes: a deleted thread
+    is never resumed, so its records can never be replayed, and a process that
+    deletes its threads keeps a store of flat size. An evicted record is forgotten
+    exactly as `purge` forgets one: a replay of its call after that runs again, so keep `ttl`
     above the longest time a thread of this process may wait before it is
     resumed (see "Retention" in the module docs).
 
@@ -91,7 +97,10 @@ class InMemoryIdempotencyStore:
         clock: Clock | None = None,
         max_entries: int | None = None,
         ttl: float | dt.timedelta | None = None,
+        thread_alive: Callable[[str], bool] | None = None,
     ) -> None:
+        self._thread_alive = thread_alive
+        self._writes = 0
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._rows: dict[str, tuple[IdempotencyRecord, str | None]] = {}
@@ -116,6 +125,12 @@ class InMemoryIdempotencyStore:
         over `max_entries` (never `keep`, the record just written). Pending records
         are never candidates."""
         completed = self._completed
+        self._writes += 1
+        if self._thread_alive is not None and self._writes % SWEEP_EVERY == 0:
+            alive = self._thread_alive
+            for key in [k for k in completed if not alive(self._rows[k][0].thread_id or "")]:
+                del completed[key]
+                self._rows.pop(key, None)
         if self.ttl is not None:
             horizon = now - self.ttl
             while completed:

@@ -14,9 +14,11 @@ import sqlite3
 from collections.abc import Iterator
 
 import pytest
+from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_resilience.core.effects import DEFAULT_RETENTION, IdempotencyStore
-from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
+from langgraph_resilience.stores.effect_ledger import LedgerResolver
+from langgraph_resilience.stores.memory import SWEEP_EVERY, InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import Persistence, open_sqlite
 from langgraph_resilience.stores.postgres import (
     AsyncPostgresIdempotencyStore,
@@ -326,3 +328,41 @@ def test_released_records_leave_the_eviction_order() -> None:
 def test_bounds_must_be_positive(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=r"max_entries|ttl"):
         InMemoryIdempotencyStore(**kwargs)  # type: ignore[arg-type]
+
+
+def test_completed_records_of_threads_that_are_gone_are_swept() -> None:
+    """With `thread_alive`, a sweep every SWEEP_EVERY writes drops the completed records
+    of deleted threads; a live thread's records and any pending record stay."""
+    live = {"keep"}
+    store = InMemoryIdempotencyStore(thread_alive=live.__contains__)
+    store.claim("kept", tool="pay", args_json="{}", thread_id="keep")
+    store.record_outcome("kept", "ok")
+    store.claim("pending", tool="pay", args_json="{}", thread_id="gone")
+    writes = 3
+    for i in range(SWEEP_EVERY):
+        if writes % SWEEP_EVERY == SWEEP_EVERY - 1:
+            break
+        store.claim(f"g{i}", tool="pay", args_json="{}", thread_id="gone")
+        store.record_outcome(f"g{i}", "ok")
+        writes += 2
+    assert store.get("g0") is not None  # no sweep yet
+    store.claim("last", tool="pay", args_json="{}", thread_id="gone")  # the sweeping write
+
+    assert len(store) == 3  # "kept", "pending" and "last" (pending)
+    assert store.get("kept") is not None
+    assert store.get("g0") is None
+    assert [r.key for r in store.list_pending()] == ["pending", "last"]
+
+
+def test_the_ledger_beside_an_in_memory_saver_sweeps_its_deleted_threads() -> None:
+    """The store chosen for an `InMemorySaver` asks the saver whether a thread is alive."""
+    saver = InMemorySaver()
+    resolver = LedgerResolver(idempotency=None, saga=None, needed=True)
+    ledger = resolver.resolve({"configurable": {"__pregel_checkpointer": saver}})
+    assert ledger is not None
+    alive = ledger.idempotency._thread_alive  # type: ignore[attr-defined]
+    saver.storage["t1"]  # the saver now holds thread t1 (a defaultdict, as a run does)
+    assert alive("t1")
+    assert not alive("t2")
+    saver.delete_thread("t1")
+    assert not alive("t1")
