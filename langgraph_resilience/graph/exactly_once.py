@@ -392,7 +392,7 @@ def _record_behind(effect: Effect, result: Any) -> Flow[Any]:
     defer = getattr(store, "defer_outcome", None)
     if defer is None:
         return (yield from _record(effect, effect.key, result))
-    kwargs = {"thread_id": effect.thread_id}
+    kwargs = {"thread_id": effect.thread_id, "fingerprint": effect.fingerprint}
     action = Call(defer, store.adefer_outcome, (effect.key, result), kwargs)  # type: ignore[attr-defined]
     return (yield from ledger_op(effect, "record", action))
 

@@ -108,6 +108,10 @@ def _lost_claim(key: str) -> RuntimeError:
     )
 
 
+_Deferred = tuple[str, Any, OutcomeStatus, str | None, str | None]
+"""A deferred outcome: (key, result, status, thread_id, fingerprint)."""
+
+
 class OutcomeWriter:
     """Outcomes written after the caller has its answer: queued, and written in order by
     one daemon thread (``write(key, result, status)``), each retried as every ledger
@@ -118,18 +122,23 @@ class OutcomeWriter:
 
     def __init__(self, write: Callable[[str, Any, OutcomeStatus], Any]) -> None:
         self._write = write
-        self._queue: collections.deque[tuple[str, Any, OutcomeStatus, str | None]] = (
-            collections.deque()
-        )
+        self._queue: collections.deque[_Deferred] = collections.deque()
         """Outcomes not written yet, oldest first (the head is being written)."""
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         _WRITERS.add(self)
 
-    def put(self, key: str, result: Any, status: OutcomeStatus, thread_id: str | None) -> None:
-        """Queue one outcome."""
+    def put(
+        self,
+        key: str,
+        result: Any,
+        status: OutcomeStatus,
+        thread_id: str | None,
+        fingerprint: str | None = None,
+    ) -> None:
+        """Queue one outcome (of `thread_id`'s effect `fingerprint`, when known)."""
         with self._cond:
-            self._queue.append((key, result, status, thread_id))
+            self._queue.append((key, result, status, thread_id, fingerprint))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._drain, name="lgr-outcomes", daemon=True
@@ -137,30 +146,45 @@ class OutcomeWriter:
                 self._thread.start()
             self._cond.notify_all()
 
-    def holds(self, key: str | None, thread_id: str | None) -> bool:
+    def holds(self, key: str | None, thread_id: str | None, fingerprint: str | None = None) -> bool:
         """Whether an outcome `wait` would wait for is queued."""
         with self._cond:
-            return self._holds(key, thread_id)
+            return self._holds(key, thread_id, fingerprint)
 
-    def _holds(self, key: str | None, thread_id: str | None) -> bool:
+    def _holds(self, key: str | None, thread_id: str | None, fingerprint: str | None) -> bool:
         if key is None and thread_id is None:
             return bool(self._queue)
         return any(
-            k == key or (thread_id is not None and t in (thread_id, None))
-            for k, _, _, t in self._queue
+            k == key
+            or (
+                thread_id is not None
+                and t in (thread_id, None)
+                and (fingerprint is None or f in (fingerprint, None))
+            )
+            for k, _, _, t, f in self._queue
         )
 
-    def wait(self, key: str | None, thread_id: str | None, *, timeout: float | None = None) -> bool:
-        """Wait until no outcome of `key` or of `thread_id` (of anyone, when both are
+    def wait(
+        self,
+        key: str | None,
+        thread_id: str | None,
+        fingerprint: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> bool:
+        """Wait until no outcome of `key`, nor of `thread_id`'s effect `fingerprint`
+        (any of its effects when None; of anyone, when `key` and `thread_id` are both
         None) is queued; False if `timeout` passed first."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._holds(key, thread_id), timeout)
+            return self._cond.wait_for(
+                lambda: not self._holds(key, thread_id, fingerprint), timeout
+            )
 
     def _drain(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._queue))
-                key, result, status, _ = self._queue[0]
+                key, result, status, _, _ = self._queue[0]
             try:
                 self._written(key, result, status)
             finally:
@@ -206,7 +230,7 @@ _WRITERS: weakref.WeakSet[OutcomeWriter] = weakref.WeakSet()
 def _flush_at_exit() -> None:
     deadline = time.monotonic() + EXIT_FLUSH_TIMEOUT
     for writer in list(_WRITERS):
-        writer.wait(None, None, timeout=max(0.0, deadline - time.monotonic()))
+        writer.wait(None, None, None, timeout=max(0.0, deadline - time.monotonic()))
 
 
 class SqlIdempotencyStore:
@@ -228,43 +252,69 @@ class SqlIdempotencyStore:
     def _write_deferred(self, key: str, result: Any, status: OutcomeStatus) -> None:
         drive(self._record(key, result, status), _NEVER_SLEEPS)
 
-    def _wait(self, key: str | None = None, thread_id: str | None = None) -> None:
+    def _wait(
+        self, key: str | None = None, thread_id: str | None = None, fp: str | None = None
+    ) -> None:
         """Before a read or a write that could see them: the deferred outcomes of `key`
-        or of `thread_id`'s keys written (every one when both are None)."""
+        or of `thread_id`'s effect `fp` (any of its effects when None) written (every
+        one when `key` and `thread_id` are both None)."""
         if self._behind is not None:
-            self._behind.wait(key, thread_id)
+            self._behind.wait(key, thread_id, fp)
 
-    async def _await(self, key: str | None = None, thread_id: str | None = None) -> None:
+    async def _await(
+        self, key: str | None = None, thread_id: str | None = None, fp: str | None = None
+    ) -> None:
         behind = self._behind
-        if behind is not None and behind.holds(key, thread_id):
-            await asyncio.to_thread(behind.wait, key, thread_id)
+        if behind is not None and behind.holds(key, thread_id, fp):
+            await asyncio.to_thread(behind.wait, key, thread_id, fp)
 
     def defer_outcome(
-        self, key: str, result: Any, *, status: OutcomeStatus = "done", thread_id: str | None = None
+        self,
+        key: str,
+        result: Any,
+        *,
+        status: OutcomeStatus = "done",
+        thread_id: str | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         """Record the outcome of a pending intent without waiting for it (when the store
         defers outcomes; else at once): a daemon thread writes it. Until it is written,
-        this store's reads of `key` or of `thread_id` wait for it, so this process never
+        this store's reads of `key` or of `thread_id`'s effect `fingerprint` (a claim
+        that returns the unresolved intents, `unresolved`, `for_thread`) wait for it, so
+        this process never
         sees the intent pending; a crash before it is written leaves the intent pending,
         reconciled on resume, never re-run blindly."""
         if self._behind is None:
             self.record_outcome(key, result, status=status)
             return
         values.json_text(result, what="result")  # refused here, not in the writer
-        self._behind.put(key, result, status, thread_id)
+        self._behind.put(key, result, status, thread_id, fingerprint)
 
     async def adefer_outcome(
-        self, key: str, result: Any, *, status: OutcomeStatus = "done", thread_id: str | None = None
+        self,
+        key: str,
+        result: Any,
+        *,
+        status: OutcomeStatus = "done",
+        thread_id: str | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         """Async `defer_outcome` (handing over does not block the loop)."""
         if self._behind is None:
             await self.arecord_outcome(key, result, status=status)
             return
-        self.defer_outcome(key, result, status=status, thread_id=thread_id)
+        self.defer_outcome(key, result, status=status, thread_id=thread_id, fingerprint=fingerprint)
+
+    def _wait_claim(self, key: str, thread_id: str, fingerprint: str | None) -> None:
+        """A claim reads its key, and the effect's unresolved intents when it returns them."""
+        if fingerprint is not None and self._dialect.intent_unresolved is not None:
+            self._wait(key, thread_id, fingerprint)
+        else:
+            self._wait(key)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every deferred outcome is written (or given up); False on timeout."""
-        return self._behind is None or self._behind.wait(None, None, timeout=timeout)
+        return self._behind is None or self._behind.wait(None, None, None, timeout=timeout)
 
     # ----------------------------------------------------------- the scripts
 
@@ -366,13 +416,14 @@ class SqlIdempotencyStore:
     def claim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
-        """Atomically write an intent for `key` unless one exists (one round trip)."""
-        self._wait(key, thread_id)
+        """Atomically write an intent for `key` unless one exists (one round trip); with a
+        `fingerprint`, the claim also returns the unresolved intents of that effect."""
+        self._wait_claim(key, thread_id, fingerprint)
         return drive(self._claim(key, tool, args_json, thread_id, fingerprint), _NEVER_SLEEPS)
 
     def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """The thread's pending intents with this fingerprint, oldest first (one round trip)."""
-        self._wait(None, thread_id)
+        self._wait(None, thread_id, fingerprint)
         return drive(self._unresolved(thread_id, fingerprint), _NEVER_SLEEPS)
 
     def record_outcome(
@@ -416,13 +467,16 @@ class SqlIdempotencyStore:
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
         """Async `claim`."""
-        await self._await(key, thread_id)
+        if fingerprint is not None and self._dialect.intent_unresolved is not None:
+            await self._await(key, thread_id, fingerprint)
+        else:
+            await self._await(key)
         flow = self._claim(key, tool, args_json, thread_id, fingerprint)
         return await adrive(flow, _NEVER_SLEEPS)
 
     async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """Async `unresolved`."""
-        await self._await(None, thread_id)
+        await self._await(None, thread_id, fingerprint)
         return await adrive(self._unresolved(thread_id, fingerprint), _NEVER_SLEEPS)
 
     async def arecord_outcome(

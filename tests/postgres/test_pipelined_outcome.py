@@ -98,8 +98,8 @@ def test_a_read_in_this_process_waits_for_the_deferred_outcome(
 
 
 def test_reads_of_the_thread_wait_and_unrelated_ones_do_not(pool: ConnectionPool[Any]) -> None:
-    """`for_thread` and `unresolved` of the outcome's thread wait for it; a read of
-    another key of another thread does not wait for it."""
+    """`for_thread` and `unresolved` of the outcome's effect wait for it; a read of
+    another thread's key, or a claim of another effect of the thread, does not."""
     store = PostgresIdempotencyStore(pool)
     behind = store._behind
     assert behind is not None
@@ -107,11 +107,15 @@ def test_reads_of_the_thread_wait_and_unrelated_ones_do_not(pool: ConnectionPool
     behind._write = lambda *a: (release.wait(30), write(*a))
     _claim(store, "a-1")
     _claim(store, "b-1", thread="b")
-    store.defer_outcome("a-1", "ok", thread_id="t")
+    store.defer_outcome("a-1", "ok", thread_id="t", fingerprint="F")
     assert store.get("b-1").status == "pending"  # answered while a-1 is still queued
+    assert _claim(store, "a-2", fp="G").unresolved == ()  # another effect of the thread
     assert behind.holds("a-1", None)
     release.set()
-    assert [r.status for r in store.for_thread("t")] == ["done"]
+    assert [(r.key, r.status) for r in store.for_thread("t")] == [
+        ("a-1", "done"),
+        ("a-2", "pending"),
+    ]
     assert store.unresolved("t", "F") == []
 
 
