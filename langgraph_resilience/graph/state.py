@@ -313,7 +313,7 @@ def _merge_calls(
     return calls, dropped
 
 
-_AUDITED = ("trail", "coercions", "served_by", "repairs", "done_items", "tried")
+_AUDITED = frozenset({"trail", "coercions", "served_by", "repairs", "done_items", "tried"})
 
 
 def _clean(record: CallRecord) -> bool:
@@ -322,7 +322,7 @@ def _clean(record: CallRecord) -> bool:
         record["status"] == "ok"
         and record["error"] is None
         and record["attempts"] <= 1
-        and not any(name in record for name in _AUDITED)
+        and _AUDITED.isdisjoint(record)
     )
 
 

@@ -219,16 +219,25 @@ def plan_batch(cfg: ToolSettings, state: Any) -> Batch | None:
     repaired = _invalid_calls(cfg, batch, answered, calls)
     budget = [cfg.policy.max_tool_attempts - int(task.get("tool_attempts") or 0)]
     valid = [(call_slot(ai, ai_index, i), call) for i, call in enumerate(ai.tool_calls)]
-    ids = Counter(call["id"] for call in ai.tool_calls)
+    ids = _id_counts(ai.tool_calls)
     for slot, call in [*valid, *repaired]:
         call_id = call["id"] or ""
         if call_id in answered:
             continue
-        if not call_id or ids[call_id] > 1:  # ToolMessages could not tell them apart
-            batch.preflight.append(Preflight(call_id_error(call, ids[call_id]), slot=slot))
+        if not call_id or ids.get(call_id, 0) > 1:  # ToolMessages could not tell them apart
+            count = ids.get(call_id, 0)
+            batch.preflight.append(Preflight(call_id_error(call, count), slot=slot))
             continue
         _consider(cfg, batch, ledger, slot, call, budget=budget)
     return batch
+
+
+def _id_counts(calls: list[ToolCall]) -> Mapping[str | None, int]:
+    """How often each tool-call id occurs (a provider may reuse one within a message)."""
+    ids = [call["id"] for call in calls]
+    if len(set(ids)) == len(ids):
+        return dict.fromkeys(ids, 1)
+    return Counter(ids)
 
 
 def _consider(
@@ -335,9 +344,8 @@ def _admit(
 def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: str) -> bool:
     """Count a call the agent issues now; answer it with a loop envelope if it closes one."""
     failed = batch.task.get("failed") or {}
-    seen = {**(batch.task.get("seen") or {})}
-    for issued, count in batch.seen.items():
-        seen[issued] = seen.get(issued, 0) + count
+    # detect_loop reads only this call's count: no copy of the task's whole map
+    seen = {key: (batch.task.get("seen") or {}).get(key, 0) + batch.seen.get(key, 0)}
     recent = [*(batch.task.get("recent") or []), *batch.recent]
     loop = detect_loop(
         key, seen=seen, recent=recent, threshold=cfg.loop_threshold(call["name"]), failed=failed
