@@ -569,7 +569,13 @@ class _PostgresLedger(SqlIdempotencyStore):
         self.conn = conn
         self.sync_outcomes = sync_outcomes
         self.deferred_outcomes = deferred_outcomes
-        super().__init__(self._pg, DIALECT, relaxed=not sync_outcomes, deferred=deferred_outcomes)
+        super().__init__(
+            self._pg,
+            DIALECT,
+            relaxed=not sync_outcomes,
+            deferred=deferred_outcomes,
+            is_async=self._ASYNC,
+        )
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -621,14 +627,18 @@ class AsyncPostgresIdempotencyStore(_PostgresLedger):
     Sync methods are allowed from threads other than the store's event loop
     only (they run on that loop), exactly like LangGraph's `AsyncPostgresSaver`.
     Call ``await store.setup()`` once (``aopen_postgres`` does). Outcomes commit
-    as in `PostgresIdempotencyStore` (``sync_outcomes``), but are awaited: a task
-    left on the loop would be cancelled with it when ``asyncio.run`` returns.
+    as in `PostgresIdempotencyStore` (``sync_outcomes``) and are deferred the same
+    way (``deferred_outcomes=True``), each written by a task on the store's loop; one
+    still running when that loop shuts down is cancelled, its intent left pending
+    (reconciled, as after a crash): ``await store.aflush()`` before closing the loop.
     """
 
     _ASYNC = True
 
-    def __init__(self, conn: AsyncConn, *, sync_outcomes: bool = False) -> None:
-        super().__init__(conn, sync_outcomes=sync_outcomes)
+    def __init__(
+        self, conn: AsyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = True
+    ) -> None:
+        super().__init__(conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes)
 
     async def setup(self) -> None:
         """Create the table and its indexes if they do not exist."""

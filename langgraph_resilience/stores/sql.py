@@ -21,7 +21,7 @@ import datetime as dt
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from langgraph_resilience.core.backoff import ledger_retry_delay
@@ -40,6 +40,7 @@ __all__ = [
     "COLUMNS",
     "EXIT_FLUSH_TIMEOUT",
     "LedgerDialect",
+    "OutcomeTasks",
     "OutcomeWriter",
     "Runner",
     "SqlIdempotencyStore",
@@ -202,22 +203,90 @@ class OutcomeWriter:
             except Exception as exc:
                 delay = ledger_retry_delay(attempt)
                 if delay is None:
-                    logger.warning(
-                        "deferred outcome of %s not written (%s): the intent stays pending "
-                        "and is reconciled later",
-                        key,
-                        type(exc).__name__,
-                    )
-                    emit(
-                        Event(
-                            "ledger_unavailable",
-                            operation="record",
-                            key=key,
-                            error=type(exc).__name__,
-                        )
-                    )
+                    _gave_up(key, exc)
                     return
                 _NEVER_SLEEPS.sleep(delay)
+
+
+class OutcomeTasks:
+    """The async store's deferred outcomes: one task per outcome on the store's loop,
+    each retried as every ledger write is, then given up (the intent stays pending);
+    `wait` awaits the ones a reader could see (`OutcomeWriter`'s rule). A task still
+    running when its loop is shut down is cancelled: its intent stays pending, the
+    same safe outcome as a crash."""
+
+    def __init__(self, write: Callable[[str, Any, OutcomeStatus], Awaitable[Any]]) -> None:
+        self._write = write
+        self._tasks: dict[asyncio.Future[None], tuple[str, str | None, str | None]] = {}
+        self._guard = threading.Lock()
+
+    def put(
+        self,
+        key: str,
+        result: Any,
+        status: OutcomeStatus,
+        thread_id: str | None,
+        fingerprint: str | None = None,
+    ) -> None:
+        """Start writing one outcome on the running loop."""
+        task = asyncio.ensure_future(self._written(key, result, status))
+        with self._guard:
+            self._tasks[task] = (key, thread_id, fingerprint)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Future[None]) -> None:
+        with self._guard:
+            self._tasks.pop(task, None)
+
+    def matching(
+        self, key: str | None, thread_id: str | None, fingerprint: str | None = None
+    ) -> list[asyncio.Future[None]]:
+        """The outcome tasks `wait` would wait for."""
+        with self._guard:
+            items = list(self._tasks.items())
+        if key is None and thread_id is None:
+            return [task for task, _ in items]
+        return [
+            task
+            for task, (k, t, f) in items
+            if k == key
+            or (
+                thread_id is not None
+                and t in (thread_id, None)
+                and (fingerprint is None or f in (fingerprint, None))
+            )
+        ]
+
+    async def wait(
+        self, key: str | None, thread_id: str | None, fingerprint: str | None = None
+    ) -> None:
+        """Until the matching outcomes are written (or given up)."""
+        tasks = self.matching(key, thread_id, fingerprint)
+        if tasks:
+            await asyncio.wait(tasks)
+
+    async def _written(self, key: str, result: Any, status: OutcomeStatus) -> None:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                await self._write(key, result, status)
+                return
+            except Exception as exc:
+                delay = ledger_retry_delay(attempt)
+                if delay is None:
+                    _gave_up(key, exc)
+                    return
+                await _NEVER_SLEEPS.asleep(delay)
+
+
+def _gave_up(key: str, exc: BaseException) -> None:
+    logger.warning(
+        "deferred outcome of %s not written (%s): the intent stays pending and is reconciled later",
+        key,
+        type(exc).__name__,
+    )
+    emit(Event("ledger_unavailable", operation="record", key=key, error=type(exc).__name__))
 
 
 EXIT_FLUSH_TIMEOUT = 5.0
@@ -238,19 +307,31 @@ class SqlIdempotencyStore:
     each method drives one statement script, `drive` for it and `adrive` for its twin."""
 
     def __init__(
-        self, runner: Runner, dialect: LedgerDialect, *, relaxed: bool, deferred: bool = False
+        self,
+        runner: Runner,
+        dialect: LedgerDialect,
+        *,
+        relaxed: bool,
+        deferred: bool = False,
+        is_async: bool = False,
     ) -> None:
         self._rows = runner.rows
         self._arows = runner.arows
+        self._runner = runner
         self._dialect = dialect
         self._outcome_sql = dialect.relaxed_outcome if relaxed else dialect.outcome
-        self._behind = OutcomeWriter(self._write_deferred) if deferred else None
+        self._behind = OutcomeWriter(self._write_deferred) if deferred and not is_async else None
         """Outcomes handed over by `defer_outcome`, not written yet (None: never deferred)."""
+        self._tasks = OutcomeTasks(self._awrite_deferred) if deferred and is_async else None
+        """An async runner's deferred outcomes: tasks on its loop."""
 
     # ----------------------------------------------------------- deferred outcomes
 
     def _write_deferred(self, key: str, result: Any, status: OutcomeStatus) -> None:
         drive(self._record(key, result, status), _NEVER_SLEEPS)
+
+    async def _awrite_deferred(self, key: str, result: Any, status: OutcomeStatus) -> None:
+        await adrive(self._record(key, result, status), _NEVER_SLEEPS)
 
     def _wait(
         self, key: str | None = None, thread_id: str | None = None, fp: str | None = None
@@ -260,6 +341,9 @@ class SqlIdempotencyStore:
         one when `key` and `thread_id` are both None)."""
         if self._behind is not None:
             self._behind.wait(key, thread_id, fp)
+        tasks, loop = self._tasks, getattr(self._runner, "loop", None)
+        if tasks is not None and loop is not None and tasks.matching(key, thread_id, fp):
+            asyncio.run_coroutine_threadsafe(tasks.wait(key, thread_id, fp), loop).result()
 
     async def _await(
         self, key: str | None = None, thread_id: str | None = None, fp: str | None = None
@@ -267,6 +351,8 @@ class SqlIdempotencyStore:
         behind = self._behind
         if behind is not None and behind.holds(key, thread_id, fp):
             await asyncio.to_thread(behind.wait, key, thread_id, fp)
+        if self._tasks is not None:
+            await self._tasks.wait(key, thread_id, fp)
 
     def defer_outcome(
         self,
@@ -299,7 +385,12 @@ class SqlIdempotencyStore:
         thread_id: str | None = None,
         fingerprint: str | None = None,
     ) -> None:
-        """Async `defer_outcome` (handing over does not block the loop)."""
+        """Async `defer_outcome` (handing over does not block the loop; an async store
+        writes it in a task on its loop)."""
+        if self._tasks is not None:
+            values.json_text(result, what="result")
+            self._tasks.put(key, result, status, thread_id, fingerprint)
+            return
         if self._behind is None:
             await self.arecord_outcome(key, result, status=status)
             return
@@ -311,6 +402,13 @@ class SqlIdempotencyStore:
             self._wait(key, thread_id, fingerprint)
         else:
             self._wait(key)
+
+    async def aflush(self) -> None:
+        """Async `flush` (an async store's outcome tasks awaited)."""
+        if self._tasks is not None:
+            await self._tasks.wait(None, None)
+        if self._behind is not None:
+            await asyncio.to_thread(self._behind.wait, None, None, None)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every deferred outcome is written (or given up); False on timeout."""

@@ -15,11 +15,15 @@ import psycopg
 import pytest
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import ToolProfile
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
-from langgraph_resilience.stores.postgres import PostgresIdempotencyStore, PostgresSagaLog
+from langgraph_resilience.stores.postgres import (
+    AsyncPostgresIdempotencyStore,
+    PostgresIdempotencyStore,
+    PostgresSagaLog,
+)
 from langgraph_resilience.testing import FakeClock, text
 from langgraph_resilience.testing import tool_calls as calls
 from tests.conftest import build_graph
@@ -181,3 +185,31 @@ def test_a_kill_between_the_effect_and_its_deferred_outcome(
     record = PostgresIdempotencyStore(pool).get(key)
     assert record is not None
     assert (record.status, record.result) == ("done", "reconciled 30")  # by status_check
+
+
+def test_the_async_store_defers_to_a_task_and_its_reads_wait(pg_dsn: str) -> None:
+    """The async store writes a deferred outcome in a task on its loop: a claim of the
+    key in this process waits for it (done), aflush waits for every one."""
+
+    async def scenario() -> tuple[str, str, str]:
+        async with AsyncConnectionPool(
+            pg_dsn, min_size=1, max_size=4, kwargs=POSTGRES_CONNECTION_KWARGS, open=False
+        ) as pool:
+            store = AsyncPostgresIdempotencyStore(pool)
+            await store.setup()
+            kwargs = {"tool": "pay", "args_json": "{}", "thread_id": "t", "fingerprint": "F"}
+            await store.aclaim("k1", **kwargs)
+            await store.adefer_outcome("k1", "ok", thread_id="t", fingerprint="F")
+            tasks = store._tasks
+            assert tasks is not None
+            assert tasks.matching("k1", None)  # handed over, not written yet
+            replay = await store.aclaim("k1", **kwargs)
+            await store.aclaim("k2", **kwargs)
+            await store.adefer_outcome("k2", "ok", thread_id="t", fingerprint="F")
+            await store.aflush()
+            other = AsyncPostgresIdempotencyStore(pool, deferred_outcomes=False)
+            record = await other.aget("k2")
+            assert record is not None
+            return replay.state, str(replay.result), record.status
+
+    assert asyncio.run(scenario()) == ("done", "ok", "done")
