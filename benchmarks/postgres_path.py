@@ -1,23 +1,27 @@
 """The side-effecting path on PostgreSQL: a clean turn and async throughput, against plain.
 
-Graph A is the user's graph + ``add_resilience`` whose two tools are side effects
+Graph A is the user's graph (a real chat model, `ScriptedChatModel`, as the user's
+agent node) + ``add_resilience`` whose two tools are side effects
 (``ToolProfile(side_effect=True, status_check=...)``), with the idempotency ledger
 (`PostgresIdempotencyStore`) and the shared breakers (`PostgresBreakerStore`) on a
-PostgreSQL pool of their own; graph B is the same graph on LangGraph's ``ToolNode``.
+PostgreSQL pool of their own; graph B is the same graph on LangGraph's ``ToolNode``;
+graph C is A with the in-memory ledger and breakers (so C/B is what the rest of the
+package costs, A/C what the Postgres pieces add).
 Both run on ``PostgresSaver`` in a throw-away database ``lgr_bench_<random>``
 (created and dropped by the script). A turn is the agent asking for two parallel
 calls, the tools answering, the agent answering: 2 side-effecting calls per turn.
 
-1. Clean turn, sync: A and B turns interleaved (ABBA) on fresh threads, after a
+1. Clean turn, sync: A, B and C turns interleaved (ABC CBA) on fresh threads, after a
    warm-up; the ratio of medians with a 95% bootstrap interval (target <= 1.10x).
 2. Round trips per side-effecting call, counted, not estimated: graph A with its
    stores on one connection traced by libpq (``PGconn.trace``); each frontend
    ``Sync`` (extended protocol) or ``Query`` (simple protocol) ends one round trip.
-   Reported with the statements that made them, and which of them the answer
-   waits for (those sent from the thread running the tool).
+   Reported with the statements that made them (which of them the answer waits
+   for is the code's: the claim does, a deferred outcome and a batch of breaker
+   successes do not).
 3. Async throughput: ``AsyncPostgresSaver`` on an ``AsyncConnectionPool``, the
    async stores on their own pool; N concurrent threads (N = 1, 8, 32, 100) each
-   running turns; A and B rounds interleaved (ABBA); turns/s of A over B
+   running turns; A, B and C rounds interleaved (ABC CBA); turns/s of A over B
    (target >= 0.9x at every N).
 
 Run it from the repository root::
@@ -52,6 +56,7 @@ from typing import Any
 
 import psycopg
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
@@ -65,13 +70,16 @@ from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.stores.breakers import (
     AsyncPostgresBreakerStore,
+    InMemoryBreakerStore,
     PostgresBreakerStore,
 )
+from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.stores.postgres import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
 )
+from langgraph_resilience.testing import ScriptedChatModel
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TURN_TARGET = 1.10
@@ -115,30 +123,41 @@ def _never_asked(key: str) -> None:
     raise RuntimeError("a clean turn never reconciles")
 
 
-PROFILES = {
-    name: ToolProfile(side_effect=True, status_check=_never_asked) for name in ("t1", "t2")
-}
+PROFILES = {name: ToolProfile(side_effect=True, status_check=_never_asked) for name in ("t1", "t2")}
 
 
 class ResilientState(MessagesState, ResilienceState):
     """Graph A's state."""
 
 
-def agent(state: MessagesState) -> dict[str, Any]:
-    """A stateless scripted agent: two parallel calls after the user, then an answer
-    (safe under any number of concurrent threads)."""
-    if isinstance(state["messages"][-1], HumanMessage):
+def _reply(messages: list[Any]) -> AIMessage:
+    """Two parallel calls after the user, then an answer: a function of the messages,
+    so one model serves any number of concurrent threads."""
+    if isinstance(messages[-1], HumanMessage):
         calls = [
             {"name": "t1", "args": {"query": "weather in Paris"}, "id": uuid.uuid4().hex},
             {"name": "t2", "args": {"query": "time in Paris"}, "id": uuid.uuid4().hex},
         ]
-        return {"messages": [AIMessage(content="", tool_calls=calls)]}
-    return {"messages": [AIMessage(content="It is sunny and noon in Paris.")]}
+        return AIMessage(content="", tool_calls=calls)
+    return AIMessage(content="It is sunny and noon in Paris.")
+
+
+def make_agent() -> Any:
+    """The user's LLM node: a real chat model (`ScriptedChatModel`), one per graph."""
+    model = ScriptedChatModel(responses=[_reply] * 200_000)
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    async def aagent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    return RunnableLambda(agent, afunc=aagent)
 
 
 def build_resilient(saver: Any, ledger: Any, breakers: Any) -> Any:
     builder = StateGraph(ResilientState)
-    builder.add_node("agent", agent)
+    builder.add_node("agent", make_agent())
     builder.add_edge(START, "agent")
     add_resilience(
         builder,
@@ -153,7 +172,7 @@ def build_resilient(saver: Any, ledger: Any, breakers: Any) -> Any:
 
 def build_plain(saver: Any) -> Any:
     builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
+    builder.add_node("agent", make_agent())
     builder.add_node("tools", ToolNode(TOOLS))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
@@ -238,28 +257,54 @@ def clean_turn(dsn: str, sizes: Sizes) -> dict[str, Any]:
         ledger, breakers = PostgresIdempotencyStore(stores), PostgresBreakerStore(stores)
         ledger.setup()
         breakers.setup()
-        graphs = {"A": build_resilient(saver, ledger, breakers), "B": build_plain(saver)}
+        graphs = _graphs(saver, ledger, breakers)
         for _ in range(sizes.warmup_pairs):
-            turn(graphs["A"])
-            turn(graphs["B"])
-        wall: dict[str, list[float]] = {"A": [], "B": []}
+            for graph in graphs.values():
+                turn(graph)
+        wall: dict[str, list[float]] = {name: [] for name in graphs}
         for i in range(sizes.pairs):
-            for name in "AB" if i % 2 == 0 else "BA":
+            for name in "ABC" if i % 2 == 0 else "CBA":
                 wall[name].append(turn(graphs[name]))
         _flush(ledger, breakers)
-    a, b = wall["A"], wall["B"]
-    low, high = bootstrap_ratio(a, b)
-    ratio = statistics.median(a) / statistics.median(b)
+    ratio = _ratio(wall["A"], wall["B"])
     return {
-        "turns_each": len(a),
-        "resilient_ms": {"median": statistics.median(a) * 1e3, "p90": quantile(a, 0.9) * 1e3},
-        "plain_ms": {"median": statistics.median(b) * 1e3, "p90": quantile(b, 0.9) * 1e3},
-        "ratio": ratio,
-        "ratio_ci95": [low, high],
-        "extra_us_per_call": (statistics.median(a) - statistics.median(b)) * 1e6 / 2,
+        "turns_each": len(wall["A"]),
+        "ms": {
+            name: {"median": statistics.median(v) * 1e3, "p90": quantile(v, 0.9) * 1e3}
+            for name, v in wall.items()
+        },
+        "ratio": ratio["ratio"],
+        "ratio_ci95": ratio["ci95"],
+        "in_memory_stores_ratio": _ratio(wall["C"], wall["B"]),
+        "postgres_pieces_ratio": _ratio(wall["A"], wall["C"]),
+        "extra_us_per_call": (statistics.median(wall["A"]) - statistics.median(wall["B"]))
+        * 1e6
+        / 2,
         "target": TURN_TARGET,
-        "meets_target": ratio <= TURN_TARGET,
+        "meets_target": ratio["ratio"] <= TURN_TARGET,
     }
+
+
+GRAPHS = {
+    "A": "add_resilience, side effects, Postgres ledger + Postgres breakers",
+    "B": "plain ToolNode",
+    "C": "add_resilience, side effects, in-memory ledger + in-memory breakers",
+}
+
+
+def _graphs(saver: Any, ledger: Any, breakers: Any) -> dict[str, Any]:
+    """A (ours, Postgres pieces), B (plain), C (ours, in-memory pieces: what the rest of
+    the package costs, so A/C is what the Postgres pieces add)."""
+    return {
+        "A": build_resilient(saver, ledger, breakers),
+        "B": build_plain(saver),
+        "C": build_resilient(saver, InMemoryIdempotencyStore(), InMemoryBreakerStore()),
+    }
+
+
+def _ratio(a: list[float], b: list[float]) -> dict[str, Any]:
+    low, high = bootstrap_ratio(a, b)
+    return {"ratio": statistics.median(a) / statistics.median(b), "ci95": [low, high]}
 
 
 def _flush(*stores: Any) -> None:
@@ -379,27 +424,33 @@ async def throughput(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
         ledger, breakers = AsyncPostgresIdempotencyStore(stores), AsyncPostgresBreakerStore(stores)
         await ledger.setup()
         await breakers.setup()
-        graphs = {"A": build_resilient(saver, ledger, breakers), "B": build_plain(saver)}
+        graphs = _graphs(saver, ledger, breakers)
         for threads in CONCURRENCY:
-            for name in "AB":  # warm-up
-                await _round(graphs[name], threads, 1)
-            rates: dict[str, list[float]] = {"A": [], "B": []}
+            for graph in graphs.values():  # warm-up
+                await _round(graph, threads, 1)
+            rates: dict[str, list[float]] = {name: [] for name in graphs}
             for i in range(sizes.rounds):
-                for name in "AB" if i % 2 == 0 else "BA":
+                for name in "ABC" if i % 2 == 0 else "CBA":
                     rates[name].append(await _round(graphs[name], threads, sizes.turns_per_thread))
             await _aflush(ledger, breakers)
-            a, b = statistics.median(rates["A"]), statistics.median(rates["B"])
+            a, b, c = (statistics.median(rates[name]) for name in "ABC")
             rows.append(
                 {
                     "threads": threads,
                     "resilient_turns_s": a,
                     "plain_turns_s": b,
+                    "in_memory_turns_s": c,
                     "ratio": a / b,
+                    "in_memory_ratio": c / b,
                     "rounds": sizes.rounds,
                     "meets_target": a / b >= THROUGHPUT_TARGET,
                 }
             )
-            print(f"  {threads:>3} threads: {a:7.1f} vs {b:7.1f} turns/s = {a / b:.3f}x", flush=True)
+            print(
+                f"  {threads:>3} threads: {a:7.1f} vs {b:7.1f} turns/s = {a / b:.3f}x "
+                f"(in-memory pieces: {c / b:.3f}x)",
+                flush=True,
+            )
     return rows
 
 
@@ -427,12 +478,19 @@ def main(argv: list[str] | None = None) -> int:
             row = clean_turn(dsn, sizes)
             results["clean_turn"] = row
             low, high = row["ratio_ci95"]
+            ms = row["ms"]
             print(
-                f"clean turn, PostgresSaver: {row['resilient_ms']['median']:.2f} ms vs "
-                f"{row['plain_ms']['median']:.2f} ms = {row['ratio']:.3f}x ({low:.3f}-{high:.3f}), "
+                f"clean turn, PostgresSaver: {ms['A']['median']:.2f} ms vs "
+                f"{ms['B']['median']:.2f} ms = {row['ratio']:.3f}x ({low:.3f}-{high:.3f}), "
                 f"target <= {TURN_TARGET}x: {'met' if row['meets_target'] else 'MISSED'}",
                 flush=True,
             )
+            for label, key in (
+                ("in-memory pieces vs plain (C/B)", "in_memory_stores_ratio"),
+                ("Postgres pieces vs in-memory (A/C)", "postgres_pieces_ratio"),
+            ):
+                r = row[key]
+                print(f"  {label}: {r['ratio']:.3f}x ({r['ci95'][0]:.3f}-{r['ci95'][1]:.3f})")
         if "trips" in parts:
             trips = round_trips(dsn, sizes)
             results["round_trips"] = trips
