@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -50,7 +50,7 @@ from langgraph_resilience.graph.tools import error_message
 if TYPE_CHECKING:
     from langgraph_resilience.graph.tools import GuardedToolNode
 
-__all__ = ["AnswerPendingNode", "answer_pending", "recorded_effects"]
+__all__ = ["AnswerPendingNode", "answer_pending", "recorded_effects", "route_entry"]
 
 _NEVER_SLEEPS = SystemClock()
 
@@ -240,6 +240,24 @@ def answer_pending(
     if len(out.patched) == len(messages):
         return None
     return out.patched, out.settled, out.informed
+
+
+def route_entry(state: Any, messages_key: str = "messages") -> Literal["pending", "go"]:
+    """The graph's entry router: through `AnswerPendingNode` only when a stopped run
+    left something to settle (an unanswered call, a running replan). A clean thread
+    goes straight on: no extra step, and no checkpoint for it."""
+    plan = read_ledger(state).get("plan")
+    if plan is not None and plan.get("status") == "running":
+        return "pending"
+    messages = read_messages(state, messages_key)
+    for index, message in enumerate(messages):
+        if (
+            isinstance(message, AIMessage)
+            and (message.tool_calls or message.invalid_tool_calls)
+            and _pending_of(messages, message, index)
+        ):
+            return "pending"
+    return "go"
 
 
 class AnswerPendingNode(ResilienceNode):

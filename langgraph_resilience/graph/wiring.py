@@ -36,7 +36,7 @@ from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.escalate import EscalateNode
 from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.pending import AnswerPendingNode
+from langgraph_resilience.graph.pending import AnswerPendingNode, route_entry
 from langgraph_resilience.graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.graph.repair import RepairNode
 from langgraph_resilience.graph.retry import RetryNode
@@ -114,15 +114,22 @@ def _check_names(
     return names
 
 
-def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str) -> None:
-    """Make `name` the graph's entry: START -> name -> wherever START led."""
-    for source, target in [edge for edge in builder.edges if edge[0] == START]:
-        builder.edges.discard((source, target))
+def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str, messages_key: str) -> None:
+    """Put `name` (the pending-calls node) at the graph's entry: START -> name ->
+    wherever START led. With one plain edge from START, the entry is a router instead
+    (`route_entry`): the node runs only when a stopped run left calls unanswered."""
+    targets = [target for source, target in builder.edges if source == START]
+    for target in targets:
+        builder.edges.discard((START, target))
         builder.add_edge(name, target)
     branches = builder.branches.pop(START, None)
     if branches:
         builder.branches[name] = branches
-    builder.add_edge(START, name)
+    if len(targets) == 1 and not branches:
+        entry = functools.partial(route_entry, messages_key=messages_key)
+        builder.add_conditional_edges(START, entry, {"pending": name, "go": targets[0]})
+    else:
+        builder.add_edge(START, name)
 
 
 def check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
@@ -247,7 +254,7 @@ def add_resilience(
     )
     for role, node in nodes.items():
         builder.add_node(names[role], node)
-    _enter_through(builder, names["pending"])
+    _enter_through(builder, names["pending"], messages_key)
     _add_edges(builder, agent, names, roles, messages_key)
     return builder
 

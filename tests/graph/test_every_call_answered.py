@@ -147,3 +147,27 @@ def test_an_unanswered_call_with_a_reused_id_is_found() -> None:
     assert provider_valid(patched)
     assert isinstance(patched[6], ToolMessage)
     assert patched[6].tool_call_id == "call_0"
+
+
+def test_the_pending_node_runs_only_when_a_stopped_run_left_calls() -> None:
+    """A clean thread enters straight at the agent (no extra step, no checkpoint); a
+    thread whose run stopped with a call unanswered enters through answer_pending."""
+    flaky = FaultyTool(lookup, [Fault.status(503, retry_after="5")])
+    h = build_graph(
+        [flaky],
+        [tool_calls(("lookup", {"q": "a"})), text("done"), text("hello again")],
+        clock=StoppingClock(),
+    )
+    config = h.config()
+
+    def nodes(prompt: str) -> list[str]:
+        return [
+            name
+            for chunk in h.app.stream({"messages": [HumanMessage(prompt)]}, config)
+            for name in chunk
+        ]
+
+    with pytest.raises(_Stop):
+        nodes("look up a")  # the 503 waits 5 s in the retry node; the run stops there
+    assert "answer_pending" in nodes("hello?")
+    assert "answer_pending" not in nodes("and now?")
