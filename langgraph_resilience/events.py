@@ -15,7 +15,7 @@ from typing import Any
 
 from langgraph.config import get_stream_writer
 
-from langgraph_resilience.core.redaction import redact_value
+from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
 
 __all__ = ["EVENT_KEY", "Event", "emit", "logger"]
 
@@ -41,6 +41,27 @@ class Event(dict[str, Any]):
         return str(self[EVENT_KEY])
 
 
+_SCALARS = (int, float, bool, type(None))
+
+
+def _redacted(event: Event) -> dict[str, Any]:
+    """The event's fields, redacted. Most events are flat (names, ids, counts): those
+    are scrubbed field by field, without `redact_value`'s walk."""
+    fields: dict[str, Any] = {}
+    for key, value in event.items():
+        if key == EVENT_KEY:
+            continue
+        if is_secret_key(key):
+            fields[key] = REDACTED
+        elif type(value) is str:
+            fields[key] = redact(value)
+        elif type(value) in _SCALARS:
+            fields[key] = value
+        else:
+            fields[key] = redact_value(value)
+    return fields
+
+
 def emit(event: Event) -> None:
     """Send `event` to the custom stream (when inside a graph run) and to the log.
 
@@ -53,7 +74,7 @@ def emit(event: Event) -> None:
     logging_on = logger.isEnabledFor(logging.INFO)
     if writer is None and not logging_on:
         return
-    fields = redact_value({k: v for k, v in event.items() if k != EVENT_KEY})
+    fields = _redacted(event)
     if logging_on:
         logger.info("%s %s", event.kind, fields)
     if writer is not None:
