@@ -61,7 +61,7 @@ def retried_in_step(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
         backoffs += 1
         if seconds > 0:
             yield Sleep(seconds)
-        view = _applied(cfg, view, update)
+        view = _applied(cfg, view, _parts(update)[1])
         again = yield from once(view)
         if again is None:
             break
