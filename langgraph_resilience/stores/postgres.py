@@ -627,16 +627,19 @@ class AsyncPostgresIdempotencyStore(_PostgresLedger):
     Sync methods are allowed from threads other than the store's event loop
     only (they run on that loop), exactly like LangGraph's `AsyncPostgresSaver`.
     Call ``await store.setup()`` once (``aopen_postgres`` does). Outcomes commit
-    as in `PostgresIdempotencyStore` (``sync_outcomes``) and are deferred the same
-    way (``deferred_outcomes=True``), each written by a task on the store's loop; one
-    still running when that loop shuts down is cancelled, its intent left pending
-    (reconciled, as after a crash): ``await store.aflush()`` before closing the loop.
+    as in `PostgresIdempotencyStore` (``sync_outcomes``) and are awaited by default:
+    on one event loop a deferred write still spends the loop's time, and measured it
+    made a turn slower, not faster (benchmarks/README.md, ``postgres_path.py``).
+    ``deferred_outcomes=True`` defers them as the sync store does, each written by a
+    task on the store's loop; one still running when that loop shuts down is
+    cancelled, its intent left pending (reconciled, as after a crash): ``await
+    store.aflush()`` before closing the loop.
     """
 
     _ASYNC = True
 
     def __init__(
-        self, conn: AsyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = True
+        self, conn: AsyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = False
     ) -> None:
         super().__init__(conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes)
 

@@ -188,15 +188,16 @@ def test_a_kill_between_the_effect_and_its_deferred_outcome(
 
 
 def test_the_async_store_defers_to_a_task_and_its_reads_wait(pg_dsn: str) -> None:
-    """The async store writes a deferred outcome in a task on its loop: a claim of the
-    key in this process waits for it (done), aflush waits for every one."""
+    """Asked to defer, the async store writes an outcome in a task on its loop: a claim
+    of the key in this process waits for it (done), aflush waits for every one."""
 
     async def scenario() -> tuple[str, str, str]:
         async with AsyncConnectionPool(
             pg_dsn, min_size=1, max_size=4, kwargs=POSTGRES_CONNECTION_KWARGS, open=False
         ) as pool:
-            store = AsyncPostgresIdempotencyStore(pool)
+            store = AsyncPostgresIdempotencyStore(pool, deferred_outcomes=True)
             await store.setup()
+            assert AsyncPostgresIdempotencyStore(pool)._tasks is None  # awaited by default
             kwargs = {"tool": "pay", "args_json": "{}", "thread_id": "t", "fingerprint": "F"}
             await store.aclaim("k1", **kwargs)
             await store.adefer_outcome("k1", "ok", thread_id="t", fingerprint="F")
