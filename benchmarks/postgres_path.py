@@ -47,7 +47,6 @@ import secrets
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -85,6 +84,8 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TURN_TARGET = 1.10
 THROUGHPUT_TARGET = 0.90
 CONCURRENCY = (1, 8, 32, 100)
+DEFERRED = False
+"""``--deferred``: graph A's ledger defers its outcomes (``deferred_outcomes=True``)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -254,7 +255,8 @@ def clean_turn(dsn: str, sizes: Sizes) -> dict[str, Any]:
     ):
         saver = PostgresSaver(saver_conn)
         saver.setup()
-        ledger, breakers = PostgresIdempotencyStore(stores), PostgresBreakerStore(stores)
+        ledger = PostgresIdempotencyStore(stores, deferred_outcomes=DEFERRED)
+        breakers = PostgresBreakerStore(stores)
         ledger.setup()
         breakers.setup()
         graphs = _graphs(saver, ledger, breakers)
@@ -376,7 +378,8 @@ def round_trips(dsn: str, sizes: Sizes) -> dict[str, Any]:
     ):
         saver = PostgresSaver(saver_conn)
         saver.setup()
-        ledger, breakers = PostgresIdempotencyStore(conn), PostgresBreakerStore(conn)
+        ledger = PostgresIdempotencyStore(conn, deferred_outcomes=DEFERRED)
+        breakers = PostgresBreakerStore(conn)
         ledger.setup()
         breakers.setup()
         graph = build_resilient(saver, ledger, breakers)
@@ -421,7 +424,8 @@ async def throughput(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
     async with _apool(dsn, 20) as saver_pool, _apool(dsn, 10) as stores:
         saver = AsyncPostgresSaver(saver_pool)
         await saver.setup()
-        ledger, breakers = AsyncPostgresIdempotencyStore(stores), AsyncPostgresBreakerStore(stores)
+        ledger = AsyncPostgresIdempotencyStore(stores, deferred_outcomes=DEFERRED)
+        breakers = AsyncPostgresBreakerStore(stores)
         await ledger.setup()
         await breakers.setup()
         graphs = _graphs(saver, ledger, breakers)
@@ -465,14 +469,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--part", choices=("turn", "trips", "throughput"), action="append", help="only these"
     )
+    parser.add_argument(
+        "--deferred", action="store_true", help="A's ledger defers outcomes (off by default)"
+    )
     args = parser.parse_args(argv)
+    global DEFERRED  # noqa: PLW0603 - a run-wide switch, read by the three parts
+    DEFERRED = args.deferred
     sizes = QUICK if args.quick else FULL
     parts = set(args.part or ("turn", "trips", "throughput"))
     reason = probe_postgres(args.dsn)
     if reason is not None:
         print(f"PostgreSQL at {redact(args.dsn)} is not reachable: {reason}", file=sys.stderr)
         return 2
-    results: dict[str, Any] = {"quick": args.quick, "threads_alive": threading.active_count()}
+    results: dict[str, Any] = {"quick": args.quick, "deferred_outcomes": args.deferred}
     with scratch_database(args.dsn) as dsn:
         if "turn" in parts:
             row = clean_turn(dsn, sizes)

@@ -593,7 +593,9 @@ class PostgresIdempotencyStore(_PostgresLedger):
     (a replay reads the existing record: one more); an outcome is one ``UPDATE``.
     Call `setup` once (``open_postgres`` does).
 
-    With ``deferred_outcomes=True`` (the default) the exactly-once flow hands the
+    With ``deferred_outcomes=True`` (off by default: measured on 2 cores, the writer
+    thread's GIL contention cost a clean turn ~1.8 ms more than the round trip it
+    took off the answer's path; see benchmarks/README.md) the exactly-once flow hands the
     outcome of an effect that ran to `defer_outcome`: a daemon thread writes it while
     the answer goes on, and every read of this store that could see that key (a claim,
     `get`, `unresolved`, `for_thread`, ...) waits for it first. A process killed before
@@ -612,7 +614,7 @@ class PostgresIdempotencyStore(_PostgresLedger):
     """
 
     def __init__(
-        self, conn: SyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = True
+        self, conn: SyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = False
     ) -> None:
         super().__init__(conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes)
 
@@ -627,7 +629,8 @@ class AsyncPostgresIdempotencyStore(_PostgresLedger):
     Sync methods are allowed from threads other than the store's event loop
     only (they run on that loop), exactly like LangGraph's `AsyncPostgresSaver`.
     Call ``await store.setup()`` once (``aopen_postgres`` does). Outcomes commit
-    as in `PostgresIdempotencyStore` (``sync_outcomes``) and are awaited by default:
+    as in `PostgresIdempotencyStore` (``sync_outcomes``) and are awaited by default
+    (as the sync store's):
     on one event loop a deferred write still spends the loop's time, and measured it
     made a turn slower, not faster (benchmarks/README.md, ``postgres_path.py``).
     ``deferred_outcomes=True`` defers them as the sync store does, each written by a

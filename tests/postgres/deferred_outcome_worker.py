@@ -85,10 +85,10 @@ def build(dsn: str, pool: ConnectionPool[Any], marker: pathlib.Path, *, kill: bo
             row = conn.execute("SELECT amount FROM payments WHERE key = %s", (key,)).fetchone()
         return EffectStatus(done=row is not None, result=f"reconciled {row[0]}" if row else None)
 
-    ledger = PostgresIdempotencyStore(pool)
+    ledger = PostgresIdempotencyStore(pool, deferred_outcomes=True)
     if kill:
         behind = ledger._behind
-        assert behind is not None  # the default: outcomes are deferred
+        assert behind is not None
 
         def killed(key: str, result: Any, status: str) -> None:
             marker.write_text(key)

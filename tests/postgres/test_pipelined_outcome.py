@@ -76,7 +76,8 @@ def test_a_read_in_this_process_waits_for_the_deferred_outcome(
 ) -> None:
     """While an outcome is queued, a claim of its key (a replay in this process) waits
     for the write and sees it done; another process's store sees it only once written."""
-    store = PostgresIdempotencyStore(pool)
+    assert PostgresIdempotencyStore(pool)._behind is None  # awaited by default
+    store = PostgresIdempotencyStore(pool, deferred_outcomes=True)
     behind = store._behind
     assert behind is not None
     write, release, order = behind._write, threading.Event(), []
@@ -104,7 +105,7 @@ def test_a_read_in_this_process_waits_for_the_deferred_outcome(
 def test_reads_of_the_thread_wait_and_unrelated_ones_do_not(pool: ConnectionPool[Any]) -> None:
     """`for_thread` and `unresolved` of the outcome's effect wait for it; a read of
     another thread's key, or a claim of another effect of the thread, does not."""
-    store = PostgresIdempotencyStore(pool)
+    store = PostgresIdempotencyStore(pool, deferred_outcomes=True)
     behind = store._behind
     assert behind is not None
     write, release = behind._write, threading.Event()
@@ -126,7 +127,7 @@ def test_reads_of_the_thread_wait_and_unrelated_ones_do_not(pool: ConnectionPool
 def test_a_sync_graph_answers_and_the_outcome_lands(pool: ConnectionPool[Any]) -> None:
     """A side-effecting call on the sync and the async path: one payment, the answer,
     and the ledger's record done (the deferred write is waited for by the read)."""
-    store = PostgresIdempotencyStore(pool)
+    store = PostgresIdempotencyStore(pool, deferred_outcomes=True)
     paid: list[int] = []
 
     @tool
