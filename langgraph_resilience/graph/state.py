@@ -68,6 +68,7 @@ __all__ = [
     "current_task",
     "empty_ledger",
     "empty_task",
+    "is_clean",
     "last_ai_message",
     "merge_ledger",
     "read_ledger",
@@ -195,9 +196,13 @@ class Ledger(TypedDict, total=False):
     """Side effects of unknown outcome the agent was told of: idempotency key -> task.
     In a later task the same effect asked for anew is not blocked by them (a new
     human request is informed, not a blind re-issue); in the same task it is."""
+    message: str
+    """In a delta only (never kept): the assistant message whose calls the step settled,
+    as its slots' prefix, when `done` counts them instead of `calls` holding them."""
     done: dict[str, int]
     """Finished call records dropped from `calls`, by status: the thread's history of
-    answered calls is in its messages, the ledger keeps only their count."""
+    answered calls is in its messages, the ledger keeps only their count. In a delta:
+    clean successes the step counts instead of writing their records."""
     rev: int
     """Set on every merged (whole) ledger, never on a delta: a whole ledger written
     back (a subgraph's output) replaces an older one instead of adding to it."""
@@ -260,10 +265,14 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
         return whole
     merged["rev"] = int(merged["rev"]) + 1
     delta_calls = update.get("calls")
-    if delta_calls:
-        merged["calls"], dropped = _merge_calls(merged["calls"], delta_calls)
-        if dropped:
-            merged["done"] = _added(merged.get("done") or {}, dropped)
+    dropped: dict[str, int] = dict(update.get("done") or {})
+    message = update.get("message")
+    if delta_calls or message is not None:
+        merged["calls"], compacted = _merge_calls(merged["calls"], delta_calls or {}, message)
+        for status, count in compacted.items():
+            dropped[status] = dropped.get(status, 0) + count
+    if dropped:
+        merged["done"] = _added(merged.get("done") or {}, dropped)
     for counter in ("tool_attempts", "llm_calls", "replans"):
         if update.get(counter):
             merged[counter] = int(merged[counter]) + int(update[counter])
@@ -285,7 +294,7 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
 
 
 def _merge_calls(
-    current: dict[str, CallRecord], delta: dict[str, CallRecord]
+    current: dict[str, CallRecord], delta: dict[str, CallRecord], message: str | None
 ) -> tuple[dict[str, CallRecord], dict[str, int]]:
     """The call records with `delta` merged in, compacted: the records and the count of
     finished ones dropped, by status.
@@ -299,13 +308,15 @@ def _merge_calls(
         if existing is None or record["attempts"] >= existing["attempts"]:
             calls[slot] = record
     messages = {slot.rpartition(":")[0] for slot in delta}
+    if message is not None:
+        messages.add(message)
     dropped: dict[str, int] = {}
     for slot in list(calls):
         record = calls[slot]
         status = record["status"]
         if status not in FINISHED:
             continue
-        if _clean(record) or slot.rpartition(":")[0] not in messages:
+        if is_clean(record) or slot.rpartition(":")[0] not in messages:
             del calls[slot]
             dropped[status] = dropped.get(status, 0) + 1
         elif slot in delta:
@@ -316,7 +327,7 @@ def _merge_calls(
 _AUDITED = frozenset({"trail", "coercions", "served_by", "repairs", "done_items", "tried"})
 
 
-def _clean(record: CallRecord) -> bool:
+def is_clean(record: CallRecord) -> bool:
     """A success that recovered from nothing: its `ToolMessage` says all there is."""
     return (
         record["status"] == "ok"

@@ -38,7 +38,9 @@ from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,
     TaskLedger,
+    call_slot,
     current_calls,
+    is_clean,
     read_ledger,
 )
 from langgraph_resilience.graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
@@ -587,12 +589,23 @@ def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
     }
     if batch.task.get("started_at") is None and executed:
         task_delta["started_at"] = batch.now
+    known = step.ledger.get("calls") or {}
+    calls: dict[str, CallRecord] = {}
+    done = 0
+    for slot, record in step.calls.items():
+        if slot not in known and is_clean(record):
+            done += 1  # the reducer would drop it: the ToolMessage is its answer
+        else:
+            calls[slot] = record
     delta: Ledger = {
-        "calls": step.calls,
+        "calls": calls,
         "task": task_delta,
         "tool_attempts": executed,
         "events": step.events,
     }
+    if done:
+        delta["done"] = {"ok": done}
+        delta["message"] = call_slot(batch.ai, batch.ai_index, 0).rpartition(":")[0]
     if step.gone:
         delta["gone"] = step.gone
     if step.informed:
@@ -622,6 +635,10 @@ def composed(first: Ledger, then: Ledger) -> Ledger:
         "tool_attempts": int(first.get("tool_attempts") or 0) + int(then.get("tool_attempts") or 0),
         "events": _summed(first.get("events") or {}, then.get("events") or {}),
     }
+    done = _summed(first.get("done") or {}, then.get("done") or {})
+    if done:
+        delta["done"] = done
+        delta["message"] = then.get("message") or first.get("message") or ""
     gone = {**(first.get("gone") or {}), **(then.get("gone") or {})}
     if gone:
         delta["gone"] = gone

@@ -443,3 +443,18 @@ def test_informed_effects_are_bounded() -> None:
     assert len(ledger["informed"]) == INFORMED_KEYS
     assert f"e{INFORMED_KEYS + 9}" in ledger["informed"]
     assert "e0" not in ledger["informed"]
+
+
+def test_a_step_that_only_counts_clean_successes_still_compacts() -> None:
+    """A tools step whose calls all succeeded at once writes no records, only their count
+    and its message: an earlier message's kept records go, the count adds up."""
+    recovered = _record(2, status="ok", error={"type": "HTTPError"})
+    ledger = merge_ledger(None, {"calls": {"m1:0": recovered}})
+    ledger = merge_ledger(ledger, {"calls": {}, "done": {"ok": 2}, "message": "m2"})
+    assert ledger["calls"] == {}
+    assert ledger["done"] == {"ok": 3}
+    assert "message" not in ledger
+    kept = merge_ledger(
+        merge_ledger(None, {"calls": {"m1:0": recovered}}), {"done": {"ok": 1}, "message": "m1"}
+    )
+    assert set(kept["calls"]) == {"m1:0"}  # its own message: kept for audit
