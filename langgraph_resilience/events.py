@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.config import get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
@@ -67,10 +68,12 @@ def emit(event: Event) -> None:
 
     Its fields are redacted first (`redact_value`: secret-named fields blanked,
     strings scrubbed, lists and dicts walked), whoever built it."""
-    try:
-        writer = get_stream_writer()
-    except (RuntimeError, KeyError):  # outside a LangGraph run: logging only
-        writer = None
+    writer = None
+    if var_child_runnable_config.get() is not None:  # else outside any run: no writer
+        try:
+            writer = get_stream_writer()
+        except (RuntimeError, KeyError):  # a runnable outside a LangGraph run
+            writer = None
     logging_on = logger.isEnabledFor(logging.INFO)
     if writer is None and not logging_on:
         return

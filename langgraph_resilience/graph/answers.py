@@ -144,8 +144,13 @@ def with_done_items(
     return message.model_copy(update={"content": content})
 
 
+_TRAIL_KEYS = frozenset({"repairs", "trail", "coercions", "served_by", "tried"})
+
+
 def with_trail(message: ToolMessage, record: CallRecord) -> ToolMessage:
     """Attach the recovery trail (repairs, coercions) to a successful ToolMessage."""
+    if _TRAIL_KEYS.isdisjoint(record):  # a clean success: nothing to attach
+        return message
     trail: dict[str, Any] = {
         k: v
         for k in ("repairs", "trail", "coercions", "served_by", "tried")

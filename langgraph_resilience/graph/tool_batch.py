@@ -218,26 +218,28 @@ def plan_batch(cfg: ToolSettings, state: Any) -> Batch | None:
     answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
     repaired = _invalid_calls(cfg, batch, answered, calls)
     budget = [cfg.policy.max_tool_attempts - int(task.get("tool_attempts") or 0)]
-    valid = [(call_slot(ai, ai_index, i), call) for i, call in enumerate(ai.tool_calls)]
-    ids = _id_counts(ai.tool_calls)
+    prefix = call_slot(ai, ai_index, 0)[:-1]  # the message's part of every slot
+    valid = [(f"{prefix}{i}", call) for i, call in enumerate(ai.tool_calls)]
+    reused = _reused_ids(ai.tool_calls)
     for slot, call in [*valid, *repaired]:
         call_id = call["id"] or ""
         if call_id in answered:
             continue
-        if not call_id or ids.get(call_id, 0) > 1:  # ToolMessages could not tell them apart
-            count = ids.get(call_id, 0)
+        if not call_id or call_id in reused:  # ToolMessages could not tell them apart
+            count = reused.get(call_id, 0)
             batch.preflight.append(Preflight(call_id_error(call, count), slot=slot))
             continue
         _consider(cfg, batch, ledger, slot, call, budget=budget)
     return batch
 
 
-def _id_counts(calls: list[ToolCall]) -> Mapping[str | None, int]:
-    """How often each tool-call id occurs (a provider may reuse one within a message)."""
+def _reused_ids(calls: list[ToolCall]) -> Mapping[str | None, int]:
+    """The tool-call ids a message uses more than once, with their counts (a provider
+    may reuse one within a message); usually none."""
     ids = [call["id"] for call in calls]
     if len(set(ids)) == len(ids):
-        return dict.fromkeys(ids, 1)
-    return Counter(ids)
+        return {}
+    return {call_id: n for call_id, n in Counter(ids).items() if n > 1}
 
 
 def _consider(
