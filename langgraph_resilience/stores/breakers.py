@@ -375,7 +375,7 @@ class _PostgresBreakers:
         self._aflusher = running.create_task(self._aflush_later())
 
     async def _aflush_later(self) -> None:
-        await asyncio.sleep(self.flush_interval or 0.0)
+        await self.clock.asleep(self.flush_interval or 0.0)
         try:
             await adrive(self._flushing(), _NEVER_SLEEPS)
         except Exception as exc:  # kept, written with the next batch or failure
