@@ -168,6 +168,24 @@ def told_servers(messages: Sequence[BaseMessage]) -> set[str]:
     return told
 
 
+def already_told(
+    server: str | None,
+    *,
+    rerouted: bool,
+    messages: Sequence[BaseMessage],
+    message_id: str | None,
+    once: ToldOnce,
+) -> bool:
+    """Whether this task's agent already heard that `server` is down (from the history,
+    or from an earlier refusal of this assistant message): its tools are then not
+    listed again. A refusal a fallback answers never counts: the agent may not see it."""
+    if server is None or rerouted:
+        return False
+    if server in told_servers(messages):
+        return True
+    return message_id is not None and not once.first(message_id, server)
+
+
 class ToldOnce:
     """Which down servers the answers to one assistant message already listed: its
     parallel calls (threads, or separate tasks under `create_agent`) list them once.

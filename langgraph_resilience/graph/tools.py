@@ -82,10 +82,10 @@ from langgraph_resilience.graph.exactly_once import (
 from langgraph_resilience.graph.in_flight import executing
 from langgraph_resilience.graph.mcp import (
     ToldOnce,
+    already_told,
     is_error_of,
     servers_of,
     skipped_message,
-    told_servers,
 )
 from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.step_retry import retried_in_step
@@ -206,7 +206,7 @@ class GuardedToolNode(ResilienceNode):
         self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
         self.guards.servers.update(servers_of(self.tools_by_name.values(), self.profiles))
         self._told = ToldOnce()
-        self._check_batch_args()
+        _check_batch_args(self.profiles, self.tools_by_name)
         self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
         """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
 
@@ -229,19 +229,6 @@ class GuardedToolNode(ResilienceNode):
             withdraw=self.guards.withdraw,
             server_of=self.guards.servers.get,
         )
-
-    def _check_batch_args(self) -> None:
-        for name, profile in self.profiles.items():
-            tool = self.tools_by_name.get(name)
-            if (
-                profile.batch_arg is not None
-                and tool is not None
-                and profile.batch_arg not in tool.args
-            ):
-                raise ConfigurationError(
-                    f"ToolProfile.batch_arg {profile.batch_arg!r} is not an argument of "
-                    f"{name!r}; its arguments: {sorted(tool.args)}"
-                )
 
     @property
     def tools_by_name(self) -> dict[str, BaseTool]:
@@ -267,26 +254,6 @@ class GuardedToolNode(ResilienceNode):
         return self.guards.servers_down()
 
     # ------------------------------------------------------------ one call
-
-    def _checked(self, call: ToolCall, result: Any) -> Answer:
-        """Apply the tool's output contract to a result that looks successful; an MCP
-        tool's error result (``isError``, flattened by the adapters) is its failure."""
-        server = self.guards.servers.get(call["name"])
-        if isinstance(result, ToolMessage) and result.status == "error" and server:
-            raise is_error_of(result, server)
-        if isinstance(result, ToolMessage) and result.status != "error":
-            profile = self.profiles.get(call["name"])
-            if profile is not None and profile.batch_arg and as_partial_result(result.content):
-                return result  # a partial batch is judged item by item, not by the contract
-            check_output(result.content, profile)
-        return cast("Answer", result)
-
-    def _broken_contract(self, call: ToolCall, result: Answer) -> OutputValidationError | None:
-        try:
-            self._checked(call, result)
-        except OutputValidationError as exc:
-            return exc
-        return None
 
     def _coerced(self, call: ToolCall) -> Coercion | None:
         """Lossless fixes for arguments the tool rejected, or None if there are none.
@@ -352,7 +319,7 @@ class GuardedToolNode(ResilienceNode):
                 result = yield from exactly_once(
                     call, effect, self._effect_run(call, request, effect_run(effect))
                 )
-            result = self._checked(call, result)
+            result = _checked(self.profiles, self.guards.servers, call, result)
         except (GraphBubbleUp, *_NOT_THE_TOOLS, *_NOT_EXECUTED) as exc:
             if admitted is not None:
                 yield self.guards.release(admitted)
@@ -379,13 +346,12 @@ class GuardedToolNode(ResilienceNode):
         profile = self.profiles.get(call["name"])
         rerouted = profile is not None and bool(profile.fallbacks)
         message = in_step.batch.ai.id if in_step is not None else None
-        told = (
-            server is not None
-            and not rerouted
-            and (
-                server in told_servers(_messages_of(request, self.messages_key))
-                or (message is not None and not self._told.first(message, server))
-            )
+        told = already_told(
+            server,
+            rerouted=rerouted,
+            messages=_messages_of(request, self.messages_key),
+            message_id=message,
+            once=self._told,
         )
         if server is not None and profile is not None and not profile.critical and not rerouted:
             tools = [] if told else self.guards.server_tools(server)
@@ -400,7 +366,7 @@ class GuardedToolNode(ResilienceNode):
         return Run(
             functools.partial(self._attempt, call, request, run),
             functools.partial(self._maybe_executed, call),
-            functools.partial(self._broken_contract, call),
+            functools.partial(_broken_contract, self.profiles, self.guards.servers, call),
         )
 
     def _failed(
@@ -592,6 +558,47 @@ class in_step:  # noqa: N801 - a context manager, used like a function
 
     def __exit__(self, *exc: object) -> None:
         _STEP.set(self.previous)
+
+
+def _check_batch_args(profiles: Mapping[str, ToolProfile], tools: Mapping[str, BaseTool]) -> None:
+    """A profile's `batch_arg` must name one of its tool's arguments."""
+    for name, profile in profiles.items():
+        tool = tools.get(name)
+        if (
+            profile.batch_arg is not None
+            and tool is not None
+            and profile.batch_arg not in tool.args
+        ):
+            raise ConfigurationError(
+                f"ToolProfile.batch_arg {profile.batch_arg!r} is not an argument of "
+                f"{name!r}; its arguments: {sorted(tool.args)}"
+            )
+
+
+def _checked(
+    profiles: Mapping[str, ToolProfile], servers: Mapping[str, str], call: ToolCall, result: Any
+) -> Answer:
+    """Apply the tool's output contract to a result that looks successful; an MCP
+    tool's error result (``isError``, flattened by the adapters) is its failure."""
+    server = servers.get(call["name"])
+    if isinstance(result, ToolMessage) and result.status == "error" and server:
+        raise is_error_of(result, server)
+    if isinstance(result, ToolMessage) and result.status != "error":
+        profile = profiles.get(call["name"])
+        if profile is not None and profile.batch_arg and as_partial_result(result.content):
+            return result  # a partial batch is judged item by item, not by the contract
+        check_output(result.content, profile)
+    return cast("Answer", result)
+
+
+def _broken_contract(
+    profiles: Mapping[str, ToolProfile], servers: Mapping[str, str], call: ToolCall, result: Answer
+) -> OutputValidationError | None:
+    try:
+        _checked(profiles, servers, call, result)
+    except OutputValidationError as exc:
+        return exc
+    return None
 
 
 def _keep(request: ToolCallRequest, execute: Callable[..., Any]) -> None:
