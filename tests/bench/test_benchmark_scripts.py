@@ -44,4 +44,6 @@ def test_soak_is_flat_on_the_in_memory_saver(tmp_path: pathlib.Path) -> None:
     up): ours grows no faster than plain."""
     report = _run("soak.py", "--turns", "4000", "--savers", "memory", out=tmp_path / "soak.json")
     row = report["memory"]
-    assert row["A"]["slope"] <= row["B"]["slope"] + 64.0, row
+    # Allocator noise on a short, shared-CPU run reaches ~100 KB per 1,000 turns; the
+    # unswept ledger grew ~1,100 KB. (The 10,000-turn benchmark itself allows 64 KB.)
+    assert row["A"]["slope"] <= row["B"]["slope"] + 300.0, {k: v["slope"] for k, v in row.items()}
