@@ -2,23 +2,34 @@
 
 In the style of LangGraph's `tools_condition`: `route_after_agent` after the agent
 node, `next_step` after every recovery node (the first waiting path, in a fixed
-order). The decisions themselves are in `core.decide`.
+order). The tools node, the one on every turn's path, routes itself (`SelfRouted`,
+`next_after`: the same `next_step`, on the state its update leaves). The decisions
+themselves are in `core.decide`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, cast
 
+from langchain_core.messages import AnyMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.message import add_messages
+from langgraph.types import Command
+
+from langgraph_resilience.events import Event, emit
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.state import (
     current_slots,
     current_task,
     last_ai_message,
+    merge_ledger,
     read_ledger,
     read_messages,
     task_view,
 )
 
-__all__ = ["Next", "next_step", "route_after_agent"]
+__all__ = ["Next", "SelfRouted", "next_after", "next_step", "route_after_agent"]
 
 
 def route_after_agent(state: Any, messages_key: str = "messages") -> Literal["tools", "__end__"]:
@@ -75,3 +86,54 @@ _ORDER: tuple[tuple[str, Next], ...] = (
     ("escalate", "escalate"),
     ("replan", "planner"),  # last: a plan starts a new AIMessage, so the turn must be settled
 )
+
+
+def next_after(state: Any, update: Any, messages_key: str = "messages") -> Next:
+    """`next_step` on the state a node's `update` leaves (a dict, or ToolNode's list of
+    Commands and one dict), computed in the node: no branch after it, so LangGraph
+    neither copies the channels nor replays the reducers to read that state again.
+
+    The ledger delta is merged as the reducer would; the messages matter only for the
+    latest assistant and human messages, which ToolMessages never change."""
+    parts = update if isinstance(update, list) else [update]
+    ledger = read_ledger(state)
+    added: list[Any] = []
+    for part in parts:
+        body = part.update if isinstance(part, Command) else part
+        if not isinstance(body, dict):
+            continue  # a Command whose update is not a mapping: nothing the router reads
+        if body.get("resilience"):
+            ledger = merge_ledger(ledger, body["resilience"])
+        added.extend(body.get(messages_key) or [])
+    messages = read_messages(state, messages_key)
+    if any(not isinstance(message, ToolMessage) for message in added):
+        messages = cast("list[AnyMessage]", add_messages(list[Any](messages), added))
+    return next_step({messages_key: messages, "resilience": ledger}, messages_key)
+
+
+class SelfRouted(ResilienceNode):
+    """A node that routes itself: its update goes out as a `Command` whose ``goto`` is
+    `next_after`'s answer (``routes`` maps it to the graph's node names), so the node
+    needs no conditional edge. `add_resilience` wires the tools node this way; a graph
+    wired by hand keeps `next_step` on its conditional edge."""
+
+    def __init__(self, node: ResilienceNode, routes: Mapping[str, str], messages_key: str) -> None:
+        self.node = node
+        self.routes = dict(routes)
+        self.messages_key = messages_key
+
+    def run(self, state: Any, config: RunnableConfig) -> Any:
+        """Sync body: the node's, then the route."""
+        return self._routed(state, self.node.run(state, config))
+
+    async def arun(self, state: Any, config: RunnableConfig) -> Any:
+        """Async body: the node's, then the route."""
+        return self._routed(state, await self.node.arun(state, config))
+
+    def _routed(self, state: Any, update: Any) -> Any:
+        to = next_after(state, update, self.messages_key)
+        emit(Event("route", to=to))
+        goto = self.routes[to]
+        if isinstance(update, list):
+            return [*update, Command(goto=goto)]
+        return Command(update=update, goto=goto)

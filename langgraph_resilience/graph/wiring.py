@@ -10,7 +10,8 @@ way `ToolNode` + `tools_condition` are wired by hand in LangGraph's guides::
                     planner --> executor --plan layer--> tools
 
 Every recovery node ends with the same router, `next_step`, so the order in
-which waiting calls are served is defined in one place.
+which waiting calls are served is defined in one place. The tools node, on every
+turn's path, runs it itself (`SelfRouted`) instead of a conditional edge after it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from langgraph_resilience.graph.pending import AnswerPendingNode, route_entry
 from langgraph_resilience.graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
 from langgraph_resilience.graph.repair import RepairNode
 from langgraph_resilience.graph.retry import RetryNode
-from langgraph_resilience.graph.router import Next, next_step, route_after_agent
+from langgraph_resilience.graph.router import Next, SelfRouted, next_step, route_after_agent
 from langgraph_resilience.graph.state import merge_ledger
 from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
@@ -126,7 +127,7 @@ def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str, messages_
     if branches:
         builder.branches[name] = branches
     if len(targets) == 1 and not branches:
-        entry = functools.partial(route_entry, messages_key=messages_key)
+        entry = _router(route_entry, messages_key)
         builder.add_conditional_edges(START, entry, {"pending": name, "go": targets[0]})
     else:
         builder.add_edge(START, name)
@@ -252,11 +253,26 @@ def add_resilience(
         planner_model=planner_model,
         escalate=escalate,
     )
+    onward = _onward(agent, names, roles)
     for role, node in nodes.items():
-        builder.add_node(names[role], node)
+        if role == "tools":  # on every turn's path: it routes itself, no branch after it
+            routes = {str(to): name for to, name in onward.items()}
+            routed = SelfRouted(node, routes, messages_key)
+            builder.add_node(
+                names[role], routed, destinations=tuple(dict.fromkeys(routes.values()))
+            )
+        else:
+            builder.add_node(names[role], node)
     _enter_through(builder, names["pending"], messages_key)
-    _add_edges(builder, agent, names, roles, messages_key)
+    _add_edges(builder, agent, names=names, roles=roles, onward=onward, messages_key=messages_key)
     return builder
+
+
+def _onward(agent: str, names: Mapping[str, str], roles: Sequence[str]) -> dict[Hashable, str]:
+    """Where a recovery node may go, by `Next` value: the agent, the end, the paths enabled."""
+    onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
+    onward.update({role: names[role] for role in roles if role != "pending"})
+    return onward
 
 
 def _roles(repair: bool, replan: bool, escalate: bool) -> list[str]:
@@ -310,32 +326,39 @@ def recovery_nodes(
 def _add_edges(
     builder: StateGraph[Any, Any, Any, Any],
     agent: str,
+    *,
     names: Mapping[str, str],
     roles: Sequence[str],
+    onward: dict[Hashable, str],
     messages_key: str,
 ) -> None:
-    """The agent's edge to the tools, and every recovery node's router."""
-    onward: dict[Hashable, str] = {"agent": agent, "__end__": END}
-    onward.update({role: names[role] for role in roles if role != "pending"})
-    router = functools.partial(announced_next_step, messages_key=messages_key)
+    """The agent's edge to the tools, and every recovery node's router (the tools node
+    routes itself: `SelfRouted`)."""
+    router = _router(announced_next_step, messages_key)
     builder.add_conditional_edges(
         agent,
-        functools.partial(route_after_agent, messages_key=messages_key),
+        _router(route_after_agent, messages_key),
         {"tools": names["tools"], "__end__": END},
     )
     for role in roles:
-        if role == "pending":
-            continue  # its edges are START's (_enter_through)
+        if role in ("pending", "tools"):
+            continue  # pending: its edges are START's (_enter_through); tools: SelfRouted
         if role == "retry":
             builder.add_edge(names["retry"], names["tools"])
         elif role == "executor":
             builder.add_conditional_edges(
                 names["executor"],
-                functools.partial(route_after_executor, messages_key=messages_key),
+                _router(route_after_executor, messages_key),
                 onward,
             )
         else:
             builder.add_conditional_edges(names[role], router, onward)
+
+
+def _router(route: Callable[..., Any], messages_key: str) -> Callable[[Any], Any]:
+    """`route` bound to the graph's messages key, keeping its name: LangGraph names the
+    branch, and its run in a trace, after it (a bare partial shows as RunnableCallable)."""
+    return functools.update_wrapper(functools.partial(route, messages_key=messages_key), route)
 
 
 def announced_next_step(state: Any, messages_key: str = "messages") -> Next:

@@ -1,0 +1,142 @@
+"""The tools node routes itself (`SelfRouted`): the same place the branch after it went.
+
+`add_resilience` wires no conditional edge after the tools node; the node's update
+carries its ``goto``, computed by `next_after` on the state the update leaves. Each
+test replays a thread's checkpoints and checks every tools step against `next_step`
+read on the state the graph actually stored, which is what the branch used to read.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
+from langgraph.graph import END
+from langgraph.types import Command
+
+from langgraph_resilience import EVENT_KEY, ResiliencePolicy
+from langgraph_resilience.graph.router import next_after, next_step
+from langgraph_resilience.testing import Fault, FaultyTool, ScriptedChatModel, text, tool_calls
+from tests.conftest import Harness, Runner, build_graph
+
+
+@tool
+def search(query: str) -> str:
+    """Search the web."""
+    return f"results for {query}"
+
+
+@tool
+def refund(order_id: int, amount: float) -> str:
+    """Refund an order."""
+    return f"refunded {amount} on {order_id}"
+
+
+ROUTES = {"agent": "agent", "__end__": END, "tools": "tools", "retry": "retry", "repair": "repair"}
+
+
+def _tools_steps(h: Harness, config: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """For every tools step of the thread: where `next_step` sends the stored state
+    after it, and where the graph went."""
+    history = list(h.app.get_state_history(config))[::-1]  # oldest first
+    steps = []
+    for before, after in itertools.pairwise(history):
+        if before.next == ("tools",):
+            expected = ROUTES[next_step(after.values)]
+            steps.append((expected, after.next))
+    return steps
+
+
+def _routes(chunks: list[Any]) -> list[str]:
+    return [c[1]["to"] for c in chunks if c[0] == "custom" and c[1].get(EVENT_KEY) == "route"]
+
+
+def _check(h: Harness, runner: Runner, config: dict[str, Any]) -> list[str]:
+    chunks = runner.stream(
+        h.app, {"messages": [("user", "go")]}, config, stream_mode=["custom", "updates"]
+    )
+    steps = _tools_steps(h, config)
+    assert steps, "the thread ran no tools step"
+    for expected, went in steps:
+        assert went == (() if expected == END else (expected,))
+    return _routes(chunks)
+
+
+def test_a_clean_call_goes_back_to_the_agent(runner: Runner) -> None:
+    h = build_graph([search], [tool_calls(("search", {"query": "x"})), text("ok")])
+    assert h.app.builder.branches.get("tools") is None  # no conditional edge after tools
+
+    routes = _check(h, runner, h.config())
+
+    assert routes == ["agent"]
+
+
+def test_a_long_wait_goes_to_the_retry_node(runner: Runner) -> None:
+    flaky = FaultyTool(search, [Fault.status(429, retry_after="5")])
+    h = build_graph([flaky], [tool_calls(("search", {"query": "x"})), text("ok")])
+
+    routes = _check(h, runner, h.config())
+
+    assert routes == ["retry", "agent"]
+
+
+def test_a_semantic_failure_goes_to_repair(runner: Runner) -> None:
+    repairer = ScriptedChatModel(
+        responses=[tool_calls(("refund", {"order_id": 7, "amount": 12.5}))]
+    )
+    h = build_graph(
+        [refund],
+        [tool_calls(("refund", {"order_id": 7, "amount": "lots"})), text("ok")],
+        repair_model=repairer,
+    )
+
+    routes = _check(h, runner, h.config())
+
+    assert routes == ["repair", "tools", "agent"]  # the repair node routes back to tools
+    assert repairer.calls == 1
+
+
+def test_an_exhausted_budget_answers_and_goes_to_the_agent(runner: Runner) -> None:
+    down = FaultyTool(search, then=Fault.status(503))
+    h = build_graph(
+        [down],
+        [tool_calls(("search", {"query": "x"})), text("sorry")],
+        policy=ResiliencePolicy(max_attempts=2),
+    )
+
+    config = h.config()
+    routes = _check(h, runner, config)
+
+    assert routes == ["agent"]
+    answers = [m for m in h.app.get_state(config).values["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in answers] == ["error"]
+
+
+@pytest.mark.parametrize("update_is_list", [False, True])
+def test_next_after_reads_the_ledger_the_update_leaves(update_is_list: bool) -> None:
+    """A delta that schedules a retry routes to `retry` though the state before it
+    had nothing waiting; a tool's Command in ToolNode's list form is read too."""
+    h = build_graph([search], [tool_calls(("search", {"query": "x"})), text("ok")])
+    config = h.config()
+    h.app.invoke({"messages": [("user", "go")]}, config, interrupt_before=["tools"])
+    state = h.app.get_state(config).values
+    ai = state["messages"][-1]
+    slot = f"{ai.id}:0"
+    record = {
+        "tool": "search",
+        "key": "k",
+        "attempts": 1,
+        "status": "scheduled",
+        "due": 5.0,
+        "error": None,
+        "call_id": ai.tool_calls[0]["id"],
+        "args": {"query": "x"},
+    }
+    delta = {"messages": [], "resilience": {"calls": {slot: record}, "tool_attempts": 1}}
+    update: Any = [Command(update={"messages": []}), delta] if update_is_list else delta
+
+    assert next_step(state) == "agent"  # nothing recorded yet
+    assert next_after(state, update) == "retry"
