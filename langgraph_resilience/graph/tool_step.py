@@ -69,6 +69,8 @@ class Step:
     """Failures of calls that left their tool in this step: one per logical call."""
     informed: dict[str, str] = dataclasses.field(default_factory=dict)
     """Effects of unknown outcome the agent was told of in this step, by key -> task."""
+    done: int = 0
+    """Clean first tries settled without a record (`_settle_clean`)."""
 
     def count(self, kind: str) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
@@ -121,6 +123,9 @@ def _settle_call(
     previous = (step.ledger.get("calls") or {}).get(slot)
     ran = call_id not in refused
     fixed = message.response_metadata.pop("resilience_coercion", None) if message else None
+    if previous is None and ran and fixed is None and _clean_first_try(cfg, batch, issued, message):
+        _settle_clean(cfg, step, batch, issued, message)  # type: ignore[arg-type]
+        return
     call = issued if fixed is None else {**issued, "args": fixed["args"]}
     record = _record(
         call,
@@ -160,6 +165,32 @@ def _settle_call(
         message.response_metadata.pop("resilience_item_keys", None)
         merged = with_done_items(message, record, cfg.profiles.get(call["name"]))
         step.messages.append(with_trail(merged, record))
+
+
+def _clean_first_try(
+    cfg: ToolSettings, batch: Batch, call: ToolCall, message: ToolMessage | None
+) -> bool:
+    """A new call that succeeded at its first execution, as issued: the common case,
+    whose record `is_clean` and the reducer would drop at once."""
+    return (
+        message is not None
+        and not isinstance(message.artifact, Raised)
+        and (call["id"] or "") not in batch.rerouted
+        and _partial(cfg, call, message) is None
+    )
+
+
+def _settle_clean(
+    cfg: ToolSettings, step: Step, batch: Batch, call: ToolCall, message: ToolMessage
+) -> None:
+    """A clean first try: counted in the ledger's ``done``, answered by its ToolMessage
+    alone (no record is built: there is nothing in it to keep)."""
+    step.count("attempt")
+    cfg.deposit(call["name"], batch.now)
+    emit(Event("attempt", tool=call["name"], call_id=call["id"] or "", attempt=1, ok=True))
+    step.done += 1
+    message.response_metadata.pop("resilience_item_keys", None)
+    step.messages.append(message)
 
 
 def _settle_failure(
@@ -591,7 +622,7 @@ def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
         task_delta["started_at"] = batch.now
     known = step.ledger.get("calls") or {}
     calls: dict[str, CallRecord] = {}
-    done = 0
+    done = step.done
     for slot, record in step.calls.items():
         if slot not in known and is_clean(record):
             done += 1  # the reducer would drop it: the ToolMessage is its answer
