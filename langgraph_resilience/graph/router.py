@@ -122,6 +122,12 @@ class SelfRouted(ResilienceNode):
         self.routes = dict(routes)
         self.messages_key = messages_key
 
+    @property
+    def tools_by_name(self) -> Mapping[str, Any] | None:
+        """The wrapped node's tools, which LangGraph's drawing reads to label the node."""
+        tools: Mapping[str, Any] | None = getattr(self.node, "tools_by_name", None)
+        return tools
+
     def run(self, state: Any, config: RunnableConfig) -> Any:
         """Sync body: the node's, then the route."""
         return self._routed(state, self.node.run(state, config))

@@ -140,3 +140,10 @@ def test_next_after_reads_the_ledger_the_update_leaves(update_is_list: bool) -> 
 
     assert next_step(state) == "agent"  # nothing recorded yet
     assert next_after(state, update) == "retry"
+
+
+def test_the_drawing_still_names_the_tools_node_s_tools() -> None:
+    """LangGraph labels a node with the tools it holds; the wrapper keeps that label."""
+    h = build_graph([search, refund], [text("ok")])
+    mermaid = h.app.get_graph().draw_mermaid()
+    assert "tools(tools<hr/><small><em>__tools = search, refund</em></small>)" in mermaid
