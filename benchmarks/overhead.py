@@ -97,7 +97,7 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph import tools as tools_module
 from langgraph_resilience.graph.pending import route_entry
-from langgraph_resilience.graph.state import merge_ledger
+from langgraph_resilience.graph.state import empty_ledger, merge_ledger
 from langgraph_resilience.graph.tool_batch import plan_batch, step_input
 from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.graph.tools import GuardedToolNode
@@ -475,6 +475,8 @@ def prepared_state(previous_turns: int = 10) -> tuple[dict[str, Any], AIMessage,
     # The bounded ledger keeps no finished record (they are counted in `done`).
     ledger["calls"] = {}
     ledger["done"] = {"ok": 2 * previous_turns}
+    # As the channel holds it: every section present (merge_ledger writes them all).
+    ledger = {**empty_ledger(), **ledger}
     ai = AIMessage(
         content="",
         tool_calls=[

@@ -250,11 +250,7 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     >>> merge_ledger(a, {"tool_attempts": 2, "events": {"attempt": 2}})["tool_attempts"]
     3
     """
-    merged = empty_ledger()
-    if current:
-        for name, value in current.items():
-            if value is not None:
-                merged[name] = value  # type: ignore[literal-required]
+    merged = _filled(current)
     if not update:
         return merged
     if "rev" in update:  # a whole ledger: the newer one stands, nothing is added twice
@@ -267,7 +263,7 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     delta_calls = update.get("calls")
     dropped: dict[str, int] = dict(update.get("done") or {})
     message = update.get("message")
-    if delta_calls or message is not None:
+    if delta_calls or (message is not None and merged["calls"]):
         merged["calls"], compacted = _merge_calls(merged["calls"], delta_calls or {}, message)
         for status, count in compacted.items():
             dropped[status] = dropped.get(status, 0) + count
@@ -291,6 +287,23 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
             gone[tool] = max(at, gone.get(tool, at))
         merged["gone"] = gone
     return merged
+
+
+def _filled(current: Ledger | None) -> Ledger:
+    """A shallow copy of `current` with every section present (a merged ledger has them
+    all already: only a missing or None one is filled with a fresh empty value)."""
+    if not current:
+        return empty_ledger()
+    if "rev" in current and current.keys() >= _LEDGER_SECTIONS:
+        return {**current}  # merge_ledger's own output: complete, no None but `plan`
+    merged = empty_ledger()
+    for name, value in current.items():
+        if value is not None:
+            merged[name] = value  # type: ignore[literal-required]
+    return merged
+
+
+_LEDGER_SECTIONS = frozenset(empty_ledger())
 
 
 def _merge_calls(
@@ -384,7 +397,10 @@ def _merge_task(current: TaskLedger, update: TaskLedger) -> TaskLedger:
     merged: TaskLedger = (
         empty_task(task_id) if task_id is not None and task_id != current.get("id") else current
     )
-    merged = {**empty_task(merged.get("id", "")), **merged}
+    if merged.keys() >= _TASK_SECTIONS:
+        merged = {**merged}
+    else:
+        merged = {**empty_task(merged.get("id", "")), **merged}
     for counter in ("tool_attempts", "llm_calls", "replans"):
         if update.get(counter):
             merged[counter] = int(merged[counter]) + int(update[counter])
@@ -401,6 +417,9 @@ def _merge_task(current: TaskLedger, update: TaskLedger) -> TaskLedger:
     if update.get("aborted"):
         merged["aborted"] = True
     return merged
+
+
+_TASK_SECTIONS = frozenset(empty_task())
 
 
 def _added(
@@ -481,10 +500,11 @@ def current_task(messages: list[AnyMessage]) -> str:
 
 def task_view(ledger: Ledger, task_id: str) -> TaskLedger:
     """The ledger's task section when it is `task_id`'s, else a fresh task (nothing of
-    an earlier task counts in a new one)."""
+    an earlier task counts in a new one). Read it, never write it."""
     task = ledger.get("task")
     if task and task.get("id", "") == task_id:
-        return {**empty_task(task_id), **task}
+        # read-only: a complete section is shared with the ledger, not copied
+        return task if task.keys() >= _TASK_SECTIONS else {**empty_task(task_id), **task}
     return empty_task(task_id)
 
 

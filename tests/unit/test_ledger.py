@@ -15,6 +15,7 @@ from langgraph_resilience.graph.state import (
     CallRecord,
     empty_ledger,
     read_ledger,
+    task_view,
 )
 from langgraph_resilience.testing import FakeHTTPError
 
@@ -81,6 +82,33 @@ def test_merge_does_not_mutate_its_inputs() -> None:
     snapshot = (repr(current), repr(update))
     merge_ledger(current, update)
     assert (repr(current), repr(update)) == snapshot
+
+
+def test_merging_into_a_merged_ledger_leaves_it_and_its_task_untouched() -> None:
+    """The reducer's own output (every section present) takes the short path: the new
+    ledger shares what the delta did not touch and never writes into the old one."""
+    current = merge_ledger(
+        None, {"task": {"id": "h1", "seen": {"k": 1}, "recent": ["k"]}, "tool_attempts": 1}
+    )
+    snapshot = repr(current)
+    merged = merge_ledger(current, {"task": {"id": "h1", "seen": {"k": 1}, "recent": ["k"]}})
+    assert repr(current) == snapshot
+    assert merged["task"]["seen"] == {"k": 2}
+    assert merged["task"]["recent"] == ["k", "k"]
+    assert merged["gone"] is current["gone"]  # untouched sections are shared
+    assert task_view(merged, "h1") is merged["task"]  # a complete section is not copied
+
+
+def test_a_ledger_with_none_sections_is_filled_before_merging() -> None:
+    """A ledger written by hand or by an older version (``None`` or missing sections)
+    merges as if those sections were empty."""
+    old: Any = {"calls": None, "events": None, "task": {"id": "h1"}, "rev": 3}
+    merged = merge_ledger(old, {"events": {"attempt": 1}, "tool_attempts": 1})
+    assert merged["calls"] == {}
+    assert merged["events"] == {"attempt": 1}
+    assert merged["gone"] == {}
+    assert merged["rev"] == 4
+    assert task_view(merged, "h1")["seen"] == {}
 
 
 # ---------------------------------------------------------------------------- counters
