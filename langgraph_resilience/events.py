@@ -34,7 +34,9 @@ class Event(dict[str, Any]):
     """
 
     def __init__(self, kind: str, /, **fields: Any) -> None:
-        super().__init__({EVENT_KEY: kind, **fields})
+        super().__init__()
+        self[EVENT_KEY] = kind
+        self.update(fields)
 
     @property
     def kind(self) -> str:

@@ -63,6 +63,7 @@ __all__ = [
     "ResilienceState",
     "TaskLedger",
     "call_slot",
+    "message_slot",
     "current_calls",
     "current_slots",
     "current_task",
@@ -515,7 +516,16 @@ def call_slot(ai: AIMessage, ai_index: int, position: int, *, invalid: bool = Fa
     >>> call_slot(AIMessage("", id="run-1"), 4, 0)
     'run-1:0'
     """
-    return f"{ai.id or f'#{ai_index}'}:{'i' if invalid else ''}{position}"
+    return f"{message_slot(ai, ai_index)}:{'i' if invalid else ''}{position}"
+
+
+def message_slot(ai: AIMessage, ai_index: int) -> str:
+    """An assistant message's part of its calls' slots: its id, else its index.
+
+    >>> message_slot(AIMessage("", id="run-1"), 4), message_slot(AIMessage(""), 4)
+    ('run-1', '#4')
+    """
+    return ai.id or f"#{ai_index}"
 
 
 class CallSlot(NamedTuple):

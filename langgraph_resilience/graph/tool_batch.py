@@ -42,6 +42,7 @@ from langgraph_resilience.graph.state import (
     call_slot,
     current_task,
     last_ai_message,
+    message_slot,
     read_ledger,
     read_messages,
     task_view,
@@ -213,13 +214,14 @@ def plan_batch(cfg: ToolSettings, state: Any) -> Batch | None:
     ai_index, ai = found
     ledger = read_ledger(state)
     calls = ledger.get("calls") or {}
+    gone = ledger.get("gone") or {}
     task = task_view(ledger, current_task(messages))
     batch = Batch(ai_index, ai, cfg.clock.time(), task, informed=ledger.get("informed") or {})
     answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
     repaired = _invalid_calls(cfg, batch, answered, calls)
     budget = [cfg.policy.max_tool_attempts - int(task.get("tool_attempts") or 0)]
-    prefix = call_slot(ai, ai_index, 0)[:-1]  # the message's part of every slot
-    valid = [(f"{prefix}{i}", call) for i, call in enumerate(ai.tool_calls)]
+    prefix = message_slot(ai, ai_index)
+    valid = [(f"{prefix}:{i}", call) for i, call in enumerate(ai.tool_calls)]
     reused = _reused_ids(ai.tool_calls)
     for slot, call in [*valid, *repaired]:
         call_id = call["id"] or ""
@@ -229,7 +231,7 @@ def plan_batch(cfg: ToolSettings, state: Any) -> Batch | None:
             count = reused.get(call_id, 0)
             batch.preflight.append(Preflight(call_id_error(call, count), slot=slot))
             continue
-        _consider(cfg, batch, ledger, slot, call, budget=budget)
+        _consider(cfg, batch, ledger, slot, call, calls=calls, gone=gone, budget=budget)
     return batch
 
 
@@ -243,10 +245,18 @@ def _reused_ids(calls: list[ToolCall]) -> Mapping[str | None, int]:
 
 
 def _consider(
-    cfg: ToolSettings, batch: Batch, ledger: Ledger, slot: str, call: ToolCall, *, budget: list[int]
+    cfg: ToolSettings,
+    batch: Batch,
+    ledger: Ledger,
+    slot: str,
+    call: ToolCall,
+    *,
+    calls: Mapping[str, CallRecord],
+    gone: Mapping[str, float],
+    budget: list[int],
 ) -> None:
     """Run one call this step, answer it without running, or leave it (not due yet)."""
-    record = (ledger.get("calls") or {}).get(slot)
+    record = calls.get(slot)
     if record is not None and (
         record["status"] != "scheduled" or (record["due"] or 0.0) > batch.now + _DUE_TOLERANCE
     ):
@@ -261,7 +271,7 @@ def _consider(
     args = dict(record["args"]) if record is not None and "args" in record else call["args"]
     key = call_key(name, args, noise_fields=cfg.policy.noise_fields)
     if record is None:  # a call issued now, not a retry of one in the ledger
-        admitted = _admit(cfg, batch, call, key, slot, gone=ledger.get("gone") or {})
+        admitted = _admit(cfg, batch, call, key, slot, gone=gone)
         if admitted is None:
             return
         name, args, key = admitted
@@ -348,7 +358,8 @@ def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: st
     failed = batch.task.get("failed") or {}
     # detect_loop reads only this call's count: no copy of the task's whole map
     seen = {key: (batch.task.get("seen") or {}).get(key, 0) + batch.seen.get(key, 0)}
-    recent = [*(batch.task.get("recent") or []), *batch.recent]
+    # the alternating pattern reads the last three keys only
+    recent = [*(batch.task.get("recent") or [])[-3:], *batch.recent[-3:]]
     loop = detect_loop(
         key, seen=seen, recent=recent, threshold=cfg.loop_threshold(call["name"]), failed=failed
     )

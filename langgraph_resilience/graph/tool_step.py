@@ -38,9 +38,9 @@ from langgraph_resilience.graph.state import (
     CallRecord,
     Ledger,
     TaskLedger,
-    call_slot,
     current_calls,
     is_clean,
+    message_slot,
     read_ledger,
 )
 from langgraph_resilience.graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
@@ -636,7 +636,7 @@ def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
     }
     if done:
         delta["done"] = {"ok": done}
-        delta["message"] = call_slot(batch.ai, batch.ai_index, 0).rpartition(":")[0]
+        delta["message"] = message_slot(batch.ai, batch.ai_index)
     if step.gone:
         delta["gone"] = step.gone
     if step.informed:
