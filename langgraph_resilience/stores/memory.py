@@ -106,6 +106,9 @@ class InMemoryIdempotencyStore:
         self._rows: dict[str, tuple[IdempotencyRecord, str | None]] = {}
         self._completed: OrderedDict[str, float] = OrderedDict()
         """Completed keys, least recently used first, with when they were last used."""
+        self._pending: dict[tuple[str | None, str | None], dict[str, None]] = {}
+        """Pending keys by (thread, fingerprint), oldest first: `unresolved` reads its
+        thread's few instead of scanning every record the store holds."""
         self.max_entries = check_max_entries(max_entries)
         self.ttl = None if ttl is None else values.duration_seconds(ttl, field="ttl", positive=True)
 
@@ -147,6 +150,17 @@ class InMemoryIdempotencyStore:
                 del completed[key]
                 self._rows.pop(key, None)
 
+    def _unindex(self, record: IdempotencyRecord) -> None:
+        """A record leaves pending (an outcome, a release): out of `_pending`."""
+        if record.status != "pending":
+            return
+        index = (record.thread_id, record.fingerprint)
+        keys = self._pending.get(index)
+        if keys is not None:
+            keys.pop(record.key, None)
+            if not keys:
+                del self._pending[index]
+
     def setup(self) -> None:
         """Nothing to create."""
 
@@ -174,19 +188,15 @@ class InMemoryIdempotencyStore:
                 key, "pending", None, tool, thread_id, args, now, now, fingerprint
             )
             self._rows[key] = (record, None)
+            self._pending.setdefault((thread_id, fingerprint), {})[key] = None
             self._evict(clock_now)
             return Claim("new", record)
 
     def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """The thread's pending intents with this fingerprint, oldest first."""
         with self._lock:
-            return [
-                record
-                for record, _ in self._rows.values()
-                if record.status == "pending"
-                and record.fingerprint == fingerprint
-                and record.thread_id == thread_id
-            ]
+            keys = self._pending.get((thread_id, fingerprint)) or {}
+            return [self._rows[key][0] for key in keys]
 
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
@@ -203,6 +213,8 @@ class InMemoryIdempotencyStore:
             now = values.utc(clock_now)
             base = existing or IdempotencyRecord(key=key, status="pending", created_at=now)
             record = dataclasses.replace(base, status=status, result=None, updated_at=now)
+            if existing is not None:
+                self._unindex(existing)
             self._rows[key] = (record, text)
             self._completed[key] = clock_now
             self._completed.move_to_end(key)
@@ -217,6 +229,7 @@ class InMemoryIdempotencyStore:
             existing = self._rows.get(key)
             if existing is None or existing[0].status == "done":
                 return False
+            self._unindex(existing[0])
             del self._rows[key]
             self._completed.pop(key, None)
             return True

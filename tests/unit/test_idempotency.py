@@ -212,6 +212,33 @@ def test_claim_new_then_pending_then_done(ledger: IdempotencyStore) -> None:
     assert third.record.args == {"amount": 5}
 
 
+def test_unresolved_lists_the_thread_s_pending_intents_of_one_effect(
+    ledger: IdempotencyStore,
+) -> None:
+    """Never another thread's, another effect's, an answered or a released one; a key
+    released and claimed again is pending again (the fixture's clock stands still, so
+    the order, oldest first, is not what this checks)."""
+
+    def claim(key: str, thread: str = "t", fp: str = "F") -> None:
+        ledger.claim(key, tool="pay", args_json="{}", thread_id=thread, fingerprint=fp)
+
+    for key in ("k1", "k2", "k3", "k4", "k5"):
+        claim(key)
+    claim("other-thread", thread="u")
+    claim("other-effect", fp="G")
+    ledger.record_outcome("k2", "ok")
+    ledger.record_outcome("k3", {"error": "x"}, status="failed")
+    ledger.release("k1")
+    ledger.release("k4")
+    claim("k4")
+    assert sorted(r.key for r in ledger.unresolved("t", "F")) == ["k4", "k5"]
+    assert all(r.status == "pending" and r.thread_id == "t" for r in ledger.unresolved("t", "F"))
+    assert [r.key for r in ledger.unresolved("u", "F")] == ["other-thread"]
+    ledger.record_outcome("k5", "ok")
+    ledger.record_outcome("k4", "ok")
+    assert ledger.unresolved("t", "F") == []
+
+
 def test_first_outcome_wins(ledger: IdempotencyStore) -> None:
     """A recorded outcome is never overwritten; the caller learns the stored one."""
     ledger.claim("k", tool="pay", args_json="{}", thread_id="t")
