@@ -460,8 +460,12 @@ class Injector:
     def _run(self) -> None:
         try:
             if self.after is not None:
-                if not self.after.wait(60):
-                    raise TimeoutError("the run never reached the point the fault waits for")
+                deadline = time.monotonic() + 60
+                while not self.after.wait(0.05):
+                    if self.cancelled.is_set():
+                        return  # the run ended first: its own outcome says why
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("the run never reached the point the fault waits for")
                 self.started_at = time.monotonic()
             if self.cancelled.wait(self.delay):
                 return
@@ -473,7 +477,7 @@ class Injector:
     def cancel(self) -> None:
         self.cancelled.set()
 
-    async def join(self, timeout: float = 60.0) -> Any:
+    async def join(self, timeout: float = 75.0) -> Any:
         await asyncio.to_thread(self._thread.join, timeout)
         if self._thread.is_alive():
             raise TimeoutError("the fault injector did not finish")

@@ -84,7 +84,14 @@ def test_lock_holder_session_killed(
             paid = sum(bank.counts(t.plan).values())
             return kill_lock_sessions(direct), paid, a_run.done()
 
-        killed, paid_before, a_done = await Injector(delay, kill, after=locked).start().join()
+        injector = Injector(delay, kill, after=locked).start()
+        a_run.add_done_callback(lambda _: None if locked.is_set() else injector.cancel())
+        fired = await injector.join()
+        if fired is None:  # A ended before it took the lock: its outcome is the problem
+            _, a_exc = await a_run
+            t.problems.append(f"A ended before it locked the thread: {a_exc!r}")
+            return
+        killed, paid_before, a_done = fired
         t.log(f"A locked; kill at +{delay:.3f}s: {killed} session(s), {paid_before} paid")
         if a_done:
             tally.note("A had finished before the kill")
