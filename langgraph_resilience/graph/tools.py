@@ -31,7 +31,6 @@ from langgraph.types import Command
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
-from langgraph_resilience.core.canonical import canonical_args
 from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.compensation import (
@@ -42,8 +41,7 @@ from langgraph_resilience.core.compensation import (
 from langgraph_resilience.core.effects import (
     IdempotencyStore,
     SagaLog,
-    effect_fingerprint,
-    idempotency_key,
+    effect_identity,
     item_idempotency_key,
 )
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
@@ -636,16 +634,17 @@ def _effect_of(
     call_id, batch, noise = call["id"] or "", in_step.batch, policy.noise_fields
     args = call["args"]
     slot = batch.slots.get(call_id, call_id)
+    key, fingerprint, args_json = effect_identity(
+        call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
+    )
     return Effect(
         in_step.ledger,
-        idempotency_key(
-            call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
-        ),
+        key,
         thread_id,
-        canonical_args(args),
+        args_json,
         profile,
         dict(args),
-        effect_fingerprint(call["name"], args, thread_id=thread_id, noise_fields=noise),
+        fingerprint,
         may_execute=call_id not in batch.spent,
         approved=call_id in batch.approved,
         told_before=batch.told_before(),

@@ -166,17 +166,21 @@ class InMemoryIdempotencyStore:
 
     def _load(self, key: str) -> IdempotencyRecord | None:
         row = self._rows.get(key)
-        if row is None:
-            return None
+        return None if row is None else self._loaded(row)
+
+    @staticmethod
+    def _loaded(row: tuple[IdempotencyRecord, str | None]) -> IdempotencyRecord:
+        """A row as a caller sees it: its own copy of the result, parsed from the JSON."""
         record, result_json = row
-        result = None if result_json is None else json.loads(result_json)
-        return dataclasses.replace(record, result=result)
+        if result_json is None:
+            return record  # pending: the record holds no result to share
+        return dataclasses.replace(record, result=json.loads(result_json))
 
     def claim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
         """Atomically write an intent for `key` unless one exists."""
-        args = json.loads(values.audit_args(args_json))
+        args = values.audited(args_json)
         with self._lock:
             existing = self._load(key)
             clock_now = self._clock.time()
@@ -205,23 +209,22 @@ class InMemoryIdempotencyStore:
         status = values.outcome_status(status)
         text = values.json_text(result, what="result")
         with self._lock:
-            existing = self._load(key)
+            row = self._rows.get(key)
             clock_now = self._clock.time()
-            if existing is not None and existing.status != "pending":
+            if row is not None and row[0].status != "pending":
                 self._touch(key, clock_now)
-                return existing
+                return self._loaded(row)
             now = values.utc(clock_now)
-            base = existing or IdempotencyRecord(key=key, status="pending", created_at=now)
+            base = row[0] if row is not None else None
+            base = base or IdempotencyRecord(key=key, status="pending", created_at=now)
             record = dataclasses.replace(base, status=status, result=None, updated_at=now)
-            if existing is not None:
-                self._unindex(existing)
+            if row is not None:
+                self._unindex(row[0])
             self._rows[key] = (record, text)
             self._completed[key] = clock_now
             self._completed.move_to_end(key)
-            loaded = self._load(key)
-            assert loaded is not None
             self._evict(clock_now, keep=key)
-            return loaded
+            return self._loaded((record, text))
 
     def release(self, key: str) -> bool:
         """Forget a pending or failed record so that the next claim is ``new``."""

@@ -14,6 +14,7 @@ from langgraph_resilience.core.redaction import redact_value
 
 __all__ = [
     "audit_args",
+    "audited",
     "check_limit",
     "claim_found",
     "duration_seconds",
@@ -57,13 +58,18 @@ def json_text(value: Any, *, what: str) -> str:
         ) from None
 
 
-def audit_args(args_json: str) -> str:
-    """The stored copy of the arguments: secret-named fields redacted."""
+def audited(args_json: str) -> Any:
+    """The stored copy of the arguments, as a JSON value: secret-named fields redacted."""
     try:
         parsed = json.loads(args_json)
     except ValueError:
         raise TypeError("args_json must be JSON text, e.g. canonical_args(args)") from None
-    return json.dumps(redact_value(parsed), ensure_ascii=False, separators=(",", ":"))
+    return redact_value(parsed)
+
+
+def audit_args(args_json: str) -> str:
+    """`audited`, as JSON text (what the SQL backends store)."""
+    return json.dumps(audited(args_json), ensure_ascii=False, separators=(",", ":"))
 
 
 def outcome_status(status: str) -> OutcomeStatus:

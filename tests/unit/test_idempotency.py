@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from langgraph_resilience.core.canonical import canonical_args
 from langgraph_resilience.core.compensation import (
     CompensationReport,
     acompensate_thread,
@@ -30,6 +31,8 @@ from langgraph_resilience.core.effects import (
     SagaLog,
     claim_action,
     compensation_key,
+    effect_fingerprint,
+    effect_identity,
     idempotency_key,
     item_idempotency_key,
     summarize_records,
@@ -122,6 +125,22 @@ def test_custom_noise_fields() -> None:
     )
     assert one != two
     assert two == three
+
+
+@pytest.mark.parametrize("noise", [None, {"trace"}])
+def test_effect_identity_is_the_key_the_fingerprint_and_the_stored_args(
+    noise: set[str] | None,
+) -> None:
+    """The one-pass identity a side effect uses equals the three functions it replaces,
+    with the default noise fields and with a policy's own."""
+    args = {"b": 2.0, "a": "x", "trace": "t-1", "nonce": 9}
+    extra: dict[str, Any] = {} if noise is None else {"noise_fields": noise}
+    key, fingerprint, stored = effect_identity(
+        "pay", args, thread_id="t", call_identity="m:0", **extra
+    )
+    assert key == idempotency_key("pay", args, thread_id="t", call_identity="m:0", **extra)
+    assert fingerprint == effect_fingerprint("pay", args, thread_id="t", **extra)
+    assert stored == canonical_args(args)  # the audit copy drops the default noise only
 
 
 json_values = st.recursive(
