@@ -170,7 +170,8 @@ class InMemoryIdempotencyStore:
 
     @staticmethod
     def _loaded(row: tuple[IdempotencyRecord, str | None]) -> IdempotencyRecord:
-        """A row as a caller sees it: its own copy of the result, parsed from the JSON."""
+        """A row as a caller sees it: the result parsed from its JSON, so no caller shares
+        the stored value (a pending row has none: its frozen record is handed out as is)."""
         record, result_json = row
         if result_json is None:
             return record  # pending: the record holds no result to share
@@ -215,8 +216,11 @@ class InMemoryIdempotencyStore:
                 self._touch(key, clock_now)
                 return self._loaded(row)
             now = values.utc(clock_now)
-            base = row[0] if row is not None else None
-            base = base or IdempotencyRecord(key=key, status="pending", created_at=now)
+            base = (
+                row[0]
+                if row is not None
+                else IdempotencyRecord(key=key, status="pending", created_at=now)
+            )
             record = dataclasses.replace(base, status=status, result=None, updated_at=now)
             if row is not None:
                 self._unindex(row[0])
