@@ -223,7 +223,7 @@ def answer_pending(
     the unanswered side effects, by slot (`recorded_effects`)."""
     calls = ledger.get("calls") or {}
     recorded = recorded or {}
-    out = _Answers(task=current_task(list(messages)))
+    out = _Answers(task=current_task(messages))
     index = 0
     while index < len(messages):
         message = messages[index]

@@ -21,7 +21,7 @@ differ only in ``invoke``/``ainvoke``; the executor does no I/O at all.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -77,7 +77,7 @@ _GOAL_MESSAGES = 5
 _NO_SLEEP = SystemClock()  # the planner's flow never sleeps; the drivers want a clock
 
 
-def _goal(messages: list[AnyMessage]) -> str:
+def _goal(messages: Sequence[AnyMessage]) -> str:
     asks = [m.text for m in messages if isinstance(m, HumanMessage)][-_GOAL_MESSAGES:]
     return "\n".join(asks) or "(no user message)"
 
@@ -103,7 +103,7 @@ class _TaskAnswers:
 
 
 def _task_answers(
-    messages: list[AnyMessage], side_effects: Collection[str], noise: Collection[str]
+    messages: Sequence[AnyMessage], side_effects: Collection[str], noise: Collection[str]
 ) -> _TaskAnswers:
     start = next(
         (i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
@@ -377,7 +377,7 @@ def _replanned(error: ToolError, plan: Plan) -> ToolError:
 # ------------------------------------------------------------------ the executor
 
 
-def _record_answers(record: dict[str, Any], messages: list[AnyMessage]) -> None:
+def _record_answers(record: dict[str, Any], messages: Sequence[AnyMessage]) -> None:
     """Move each issued step whose `ToolMessage` arrived into ``done`` (with its output)
     or ``failed``."""
     answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}

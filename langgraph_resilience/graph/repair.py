@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -71,7 +71,7 @@ _CONTEXT_MESSAGES = 3
 
 
 def repair_prompt(
-    messages: list[AnyMessage], tool: BaseTool, record: CallRecord, error: ToolError
+    messages: Sequence[AnyMessage], tool: BaseTool, record: CallRecord, error: ToolError
 ) -> list[BaseMessage]:
     """The repair request: the user's recent requests, the failed call and its envelope.
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Annotated, Any, Literal, NamedTuple, NotRequired
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall
@@ -469,14 +469,18 @@ def read_ledger(state: Any) -> Ledger:
     return value if value else empty_ledger()
 
 
-def read_messages(state: Any, messages_key: str) -> list[AnyMessage]:
-    """The message list in a graph state (dict or object)."""
-    if isinstance(state, dict):
-        return list(state.get(messages_key) or [])
-    return list(getattr(state, messages_key, None) or [])
+def read_messages(state: Any, messages_key: str) -> Sequence[AnyMessage]:
+    """The message list in a graph state (dict or object), not copied: a long history
+    is read on every step, so callers read it and build new lists, never write it."""
+    found = (
+        state.get(messages_key) if isinstance(state, dict) else getattr(state, messages_key, None)
+    )
+    if isinstance(found, list):
+        return found
+    return list(found or [])
 
 
-def last_ai_message(messages: list[AnyMessage]) -> tuple[int, AIMessage] | None:
+def last_ai_message(messages: Sequence[AnyMessage]) -> tuple[int, AIMessage] | None:
     """The index and value of the latest `AIMessage`, or None."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
@@ -485,7 +489,7 @@ def last_ai_message(messages: list[AnyMessage]) -> tuple[int, AIMessage] | None:
     return None
 
 
-def current_task(messages: list[AnyMessage]) -> str:
+def current_task(messages: Sequence[AnyMessage]) -> str:
     """The current task's id: the latest human message's id (``#<index>`` when it has
     none), or ``""`` in a thread without human messages.
 

@@ -422,7 +422,7 @@ def _exhausted(
 
 def step_input(cfg: ToolSettings, state: Any, batch: Batch) -> dict[str, Any]:
     """ToolNode's input: the history up to the AIMessage, which holds only the due calls."""
-    messages = read_messages(state, cfg.messages_key)[: batch.ai_index]
+    history = read_messages(state, cfg.messages_key)[: batch.ai_index]
     only_due = batch.ai.model_copy(update={"tool_calls": batch.runnable})
     base = dict(state) if isinstance(state, Mapping) else {}
-    return {**base, cfg.messages_key: [*messages, only_due]}
+    return {**base, cfg.messages_key: [*history, only_due]}
