@@ -109,7 +109,8 @@ def _unknown(call: Mapping[str, Any], record: IdempotencyRecord) -> ToolError:
 def _answered_before_next_ai(messages: Sequence[AnyMessage], ai_index: int) -> set[str]:
     """Tool-call ids answered after the assistant message at `ai_index`, up to the next."""
     answered: set[str] = set()
-    for message in messages[ai_index + 1 :]:
+    for index in range(ai_index + 1, len(messages)):  # no slice: it would copy the rest
+        message = messages[index]
         if isinstance(message, AIMessage):
             break
         if isinstance(message, ToolMessage):
@@ -245,17 +246,24 @@ def answer_pending(
 def route_entry(state: Any, messages_key: str = "messages") -> Literal["pending", "go"]:
     """The graph's entry router: through `AnswerPendingNode` only when a stopped run
     left something to settle (an unanswered call, a running replan). A clean thread
-    goes straight on: no extra step, and no checkpoint for it."""
+    goes straight on: no extra step, and no checkpoint for it.
+
+    Only the messages since the latest final answer (an assistant message without
+    calls) are read: every call before it was answered before that model call, and a
+    stopped run, a cancel or an abandoned escalation leaves its calls after it."""
     plan = read_ledger(state).get("plan")
     if plan is not None and plan.get("status") == "running":
         return "pending"
     messages = read_messages(state, messages_key)
-    for index, message in enumerate(messages):
-        if (
-            isinstance(message, AIMessage)
-            and (message.tool_calls or message.invalid_tool_calls)
-            and _pending_of(messages, message, index)
-        ):
+    for index in range(
+        len(messages) - 1, -1, -1
+    ):  # newest first: the turn's length, not the thread's
+        message = messages[index]
+        if not isinstance(message, AIMessage):
+            continue
+        if not (message.tool_calls or message.invalid_tool_calls):
+            return "go"  # a final answer: the model was asked after every call before it
+        if _pending_of(messages, message, index):
             return "pending"
     return "go"
 

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 
 from langgraph_resilience import ToolError, tool_error_of
-from langgraph_resilience.graph.pending import answer_pending
+from langgraph_resilience.graph.pending import answer_pending, route_entry
 from langgraph_resilience.graph.state import empty_ledger
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, build_graph
@@ -171,3 +171,38 @@ def test_the_pending_node_runs_only_when_a_stopped_run_left_calls() -> None:
         nodes("look up a")  # the 503 waits 5 s in the retry node; the run stops there
     assert "answer_pending" in nodes("hello?")
     assert "answer_pending" not in nodes("and now?")
+
+
+def _call(call_id: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": "lookup", "args": {"q": call_id}, "id": call_id}])
+
+
+@pytest.mark.parametrize(
+    ("tail", "route"),
+    [
+        ([_call("b"), HumanMessage("and?")], "pending"),  # a run stopped before its tools
+        ([_call("b"), HumanMessage("and?"), HumanMessage("hello?")], "pending"),
+        ([_call("b"), ToolMessage("x", tool_call_id="b"), _call("c")], "pending"),
+        ([_call("b"), ToolMessage("x", tool_call_id="b"), AIMessage("done")], "go"),
+        ([AIMessage("done"), HumanMessage("next")], "go"),
+    ],
+)
+def test_the_entry_finds_what_a_stopped_run_left_at_the_end_of_a_long_thread(
+    tail: list[BaseMessage], route: str
+) -> None:
+    """The entry reads the thread back to its latest final answer: a call a stopped run
+    left is found behind any number of new inputs, however long the thread before."""
+    history: list[BaseMessage] = [HumanMessage("start")]
+    for turn in range(300):
+        history += [
+            _call(f"old{turn}"),
+            ToolMessage("ok", tool_call_id=f"old{turn}"),
+            AIMessage(f"answer {turn}"),
+            HumanMessage(f"follow-up {turn}"),
+        ]
+    state = {"messages": [*history, *tail], "resilience": empty_ledger()}
+    assert route_entry(state) == route
+    if route == "pending":
+        found = answer_pending(state["messages"], empty_ledger())
+        assert found is not None
+        assert provider_valid(found[0])
