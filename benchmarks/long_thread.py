@@ -26,6 +26,11 @@ bytes (target: blob bytes within 1.2x of plain at 2,000 calls).
     python benchmarks/long_thread.py                 # full: 10, 1,000, 5,000 calls; PG at 2,000
     python benchmarks/long_thread.py --quick         # 10 and 500 calls; PG at 200
     python benchmarks/long_thread.py --calls 10 5000 --pairs 100 --pg-calls 2000
+    python benchmarks/long_thread.py --untrimmed     # the history kept: 10, 1,000 calls
+
+With ``--untrimmed`` nothing is removed: each turn appends its five messages to the
+whole conversation (1,000 calls are 2,500 messages), so what the package reads of the
+history on every step shows; plain LangGraph's own turn grows with it too.
 """
 
 from __future__ import annotations
@@ -63,8 +68,9 @@ BLOB_TARGET = 1.2
 class Thread:
     """One graph's long thread: its turns, grown and timed one at a time."""
 
-    def __init__(self, graph: Any, saver: BaseCheckpointSaver[Any]) -> None:
+    def __init__(self, graph: Any, saver: BaseCheckpointSaver[Any], *, trim: bool = True) -> None:
         self.graph = graph
+        self.trim = trim
         self.saver = saver
         self.id = uuid.uuid4().hex
         self.config: dict[str, Any] = {"configurable": {"thread_id": self.id}}
@@ -72,19 +78,17 @@ class Thread:
         self.values: dict[str, Any] = {}
 
     def turn(self) -> float:
-        """One trimmed-history turn: its wall seconds."""
-        prompt = {
-            "messages": [
-                RemoveMessage(id=REMOVE_ALL_MESSAGES),
-                HumanMessage(f"question {self.turns}"),
-            ]
-        }
+        """One turn (the history trimmed to its question, unless `trim` is off): its
+        wall seconds."""
+        question = HumanMessage(f"question {self.turns}")
+        trimmed = [RemoveMessage(id=REMOVE_ALL_MESSAGES)] if self.trim else []
+        prompt = {"messages": [*trimmed, question]}
         start = time.perf_counter()
         self.values = self.graph.invoke(prompt, self.config)
         elapsed = time.perf_counter() - start
         self.turns += 1
-        messages = self.values["messages"]
-        if len(messages) != 5 or any(
+        messages = self.values["messages"][-5:]
+        if messages[0].content != question.content or any(
             isinstance(m, ToolMessage) and m.status != "success" for m in messages
         ):
             raise RuntimeError(f"turn {self.turns} did not take the clean path: {messages!r}")
@@ -212,10 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dsn", help=f"PostgreSQL allowing CREATE DATABASE (default {DEFAULT_DSN})"
     )
+    parser.add_argument(
+        "--untrimmed",
+        action="store_true",
+        help="keep the whole history (default lengths 10, 1,000)",
+    )
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     args = parser.parse_args(argv)
-    lengths = args.calls or ([10, 500] if args.quick else [10, 1000, 5000])
-    pairs = args.pairs or (30 if args.quick else 100)
+    full = [10, 1000] if args.untrimmed else [10, 1000, 5000]
+    lengths = args.calls or ([10, 500] if args.quick else full)
+    pairs = args.pairs or (30 if args.quick or args.untrimmed else 100)
     pg_calls = args.pg_calls or (200 if args.quick else 2000)
     logging.getLogger("langgraph_resilience").setLevel(logging.WARNING)
     started = time.perf_counter()
@@ -225,14 +235,15 @@ def main(argv: list[str] | None = None) -> int:
     turns = max(lengths) // CALLS_PER_TURN + pairs * len(lengths) + 1
     saver_a, saver_b = InMemorySaver(), InMemorySaver()
     threads = {
-        "A": Thread(build_resilient(saver_a, turns), saver_a),
-        "B": Thread(build_plain(saver_b, turns), saver_b),
+        "A": Thread(build_resilient(saver_a, turns), saver_a, trim=not args.untrimmed),
+        "B": Thread(build_plain(saver_b, turns), saver_b, trim=not args.untrimmed),
     }
     rows = []
     for calls in sorted(lengths):
         print(f"growing both threads to {calls} calls and timing ...", flush=True)
         rows.append(bench_length(threads, calls, pairs))
-    print("\nInMemorySaver, trimmed history (A = add_resilience, B = ToolNode)")
+    history = "whole history" if args.untrimmed else "trimmed history"
+    print(f"\nInMemorySaver, {history} (A = add_resilience, B = ToolNode)")
     print("calls    A ms    B ms   A/B (95% CI)           channel   written/turn A, B")
     for row in rows:
         low, high = row["ratio_ci95"]
