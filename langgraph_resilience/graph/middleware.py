@@ -75,7 +75,7 @@ from langgraph_resilience.graph.call_step import acall_step, call_step
 from langgraph_resilience.graph.model import ResilientChatModel, resilient_model
 from langgraph_resilience.graph.model_streaming import Ask
 from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.pending import AnswerPendingNode
+from langgraph_resilience.graph.pending import AnswerPendingNode, route_entry
 from langgraph_resilience.graph.retry import RetryNode
 from langgraph_resilience.graph.router import next_step
 from langgraph_resilience.graph.state import ResilienceLedger, merge_ledger, read_ledger
@@ -212,6 +212,8 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         (``run`` or ``arun``) on the state as the previous one left it, until the model
         may go on or the tools must run again."""
         if _new_input(state):
+            if route_entry(state) == "go":
+                return None  # the last turn ended in a final answer: nothing to settle
             pending = self._pending
             return (yield Call(pending.run, pending.arun, (state, config))) or None
         view: dict[str, Any] = dict(state)
