@@ -10,10 +10,12 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
 
 WORKER = pathlib.Path(__file__).with_name("backoff_worker.py")
 RETRY_AFTER = 600.0  # backoff_worker.RETRY_AFTER
@@ -28,6 +30,26 @@ def _worker(*args: str) -> list[str]:
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _wait_for_scheduled_retry(dsn: str, thread: str, worker: subprocess.Popen[bytes]) -> None:
+    """Until the tools step that scheduled the retry is in Postgres. LangGraph saves a
+    step's checkpoint while the next step runs (``durability="async"``, its default), so
+    the backoff may start before it lands; a kill before that loses the step, which the
+    resume then runs again (the crash rule), and that is not what this test kills."""
+    config: Any = {"configurable": {"thread_id": thread}}
+    deadline = time.monotonic() + 30
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        saver = PostgresSaver(conn)  # type: ignore[arg-type]
+        while True:
+            found = saver.get_tuple(config)
+            ledger = found.checkpoint["channel_values"].get("resilience") if found else None
+            calls = (ledger or {}).get("calls") or {}
+            if any(record["status"] == "scheduled" for record in calls.values()):
+                return
+            assert worker.poll() is None, "the worker exited before its retry was saved"
+            assert time.monotonic() < deadline, "the scheduled retry was never saved"
+            time.sleep(0.05)  # polling a real subprocess's writes, not standing in for a clock
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -48,6 +70,7 @@ def test_killed_during_backoff_resumes_without_exceeding_budget(
         assert first.poll() is None, "the worker exited before reaching its backoff"
         assert time.monotonic() < deadline, "the worker never reached its backoff"
         time.sleep(0.05)  # polling a real subprocess, not standing in for a clock
+    _wait_for_scheduled_retry(pg_dsn, thread, first)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     assert RETRY_AFTER - 60 < float(marker.read_text()) <= RETRY_AFTER  # waiting on Retry-After
