@@ -30,9 +30,8 @@ from langgraph.types import Command
 from langgraph_resilience.core.decide import retry_in_step
 from langgraph_resilience.core.flow import Flow, Sleep
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.state import Ledger, merge_ledger, read_ledger
+from langgraph_resilience.graph.state import Ledger, TaskLedger, merge_ledger, read_ledger
 from langgraph_resilience.graph.tool_batch import ToolSettings
-from langgraph_resilience.graph.tool_step import composed
 
 __all__ = ["retried_in_step"]
 
@@ -124,3 +123,45 @@ def _combined(cfg: ToolSettings, first: Update, then: Update) -> Update:
     merged: dict[str, Any] = {**a, **b, key: messages, "resilience": ledger}
     commands = [*commands_a, *commands_b]
     return [*commands, merged] if commands else merged
+
+
+def composed(first: Ledger, then: Ledger) -> Ledger:
+    """Two ledger deltas of one tools step (`_delta`'s, `then` settled after `first`, as
+    a retry inside the step does) as the one delta the step writes: a call's later
+    record stands, counters add up, the task's sections merge as the reducer would."""
+    calls = {**(first.get("calls") or {}), **(then.get("calls") or {})}
+    task_a, task_b = first.get("task") or {}, then.get("task") or {}
+    task: TaskLedger = {**task_a, **task_b}
+    task["tool_attempts"] = int(task_a.get("tool_attempts") or 0) + int(
+        task_b.get("tool_attempts") or 0
+    )
+    task["seen"] = _summed(task_a.get("seen") or {}, task_b.get("seen") or {})
+    task["failed"] = _summed(task_a.get("failed") or {}, task_b.get("failed") or {})
+    task["recent"] = [*(task_a.get("recent") or []), *(task_b.get("recent") or [])]
+    starts = [at for at in (task_a.get("started_at"), task_b.get("started_at")) if at is not None]
+    if starts:
+        task["started_at"] = min(starts)
+    delta: Ledger = {
+        "calls": calls,
+        "task": task,
+        "tool_attempts": int(first.get("tool_attempts") or 0) + int(then.get("tool_attempts") or 0),
+        "events": _summed(first.get("events") or {}, then.get("events") or {}),
+    }
+    done = _summed(first.get("done") or {}, then.get("done") or {})
+    if done:
+        delta["done"] = done
+        delta["message"] = then.get("message") or first.get("message") or ""
+    gone = {**(first.get("gone") or {}), **(then.get("gone") or {})}
+    if gone:
+        delta["gone"] = gone
+    informed = {**(first.get("informed") or {}), **(then.get("informed") or {})}
+    if informed:
+        delta["informed"] = informed
+    return delta
+
+
+def _summed(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    summed = dict(a)
+    for name, count in b.items():
+        summed[name] = summed.get(name, 0) + int(count)
+    return summed

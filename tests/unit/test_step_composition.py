@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph_resilience.graph.state import merge_ledger
-from langgraph_resilience.graph.tool_step import composed
+from langgraph_resilience.graph.step_retry import composed
 
 
 def _record(attempts: int, status: str, due: float | None = None) -> dict[str, Any]:
