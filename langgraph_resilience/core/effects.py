@@ -201,8 +201,15 @@ def idempotency_key(
     >>> k.startswith("pay:"), len(k)
     (True, 36)
     """
-    args_text = canonical_args(args, noise_fields=noise_fields)
+    return _key(tool, canonical_args(args, noise_fields=noise_fields), thread_id, call_identity)
+
+
+def _key(tool: str, args_text: str, thread_id: str, call_identity: str) -> str:
     return f"{tool}:{_digest(_KEY_VERSION, tool, args_text, thread_id, call_identity)}"
+
+
+def _fingerprint(tool: str, args_text: str, thread_id: str) -> str:
+    return _digest(_KEY_VERSION, tool, args_text, thread_id)
 
 
 def effect_fingerprint(
@@ -223,7 +230,7 @@ def effect_fingerprint(
     >>> a == effect_fingerprint("pay", {"amount": 5.0, "nonce": 9}, thread_id="t")
     True
     """
-    return _digest(_KEY_VERSION, tool, canonical_args(args, noise_fields=noise_fields), thread_id)
+    return _fingerprint(tool, canonical_args(args, noise_fields=noise_fields), thread_id)
 
 
 def effect_identity(
@@ -246,10 +253,8 @@ def effect_identity(
     """
     noise = noise_fields if isinstance(noise_fields, frozenset) else frozenset(noise_fields)
     text = canonical_args(args, noise_fields=noise)
-    key = f"{tool}:{_digest(_KEY_VERSION, tool, text, thread_id, call_identity)}"
-    fingerprint = _digest(_KEY_VERSION, tool, text, thread_id)
     stored = text if noise == DEFAULT_NOISE_FIELDS else canonical_args(args)
-    return key, fingerprint, stored
+    return _key(tool, text, thread_id, call_identity), _fingerprint(tool, text, thread_id), stored
 
 
 def compensation_key(key: str) -> str:
