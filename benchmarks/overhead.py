@@ -19,7 +19,13 @@ What it measures, in one run:
    drops. Reported: median per turn, the ratio A/B of the medians with a
    bootstrap 95% interval, the extra microseconds per tool call, the ratio of
    process CPU time as a cross-check, and the target: <= 1.10x with every
-   checkpointer (issue 15; it was 1.15x with InMemorySaver before).
+   checkpointer (issue 15; it was 1.15x with InMemorySaver before). The same turn
+   with ``create_agent``: A = ``create_agent(..., middleware=[ResilienceMiddleware()])``,
+   B = ``create_agent`` alone; and, on InMemorySaver only, to split that ratio, the
+   same A against B = ``create_agent`` with a middleware that has the same hooks
+   (``before_model`` with its jumps, ``wrap_model_call``, ``wrap_tool_call``) and
+   state schema but does nothing: LangChain's cost of any such middleware is then
+   in B, and A/B is the package's own share.
 
 2. **Per-call work** (no graph, no I/O): what the package does per tool call
    besides running the tool, timed with ``timeit`` (thread CPU time, best of
@@ -246,12 +252,51 @@ def build_agent_plain(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any
     return create_agent(scripted_model(turns), TOOLS, checkpointer=checkpointer)
 
 
+def build_agent_floor(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
+    """Graph B'': ``create_agent`` with a middleware that has ``ResilienceMiddleware``'s
+    hooks and state but does nothing: what LangChain's machinery costs any such
+    middleware (a graph step per ``before_model``, a traced wrapper per hook)."""
+    from langchain.agents import create_agent  # noqa: PLC0415
+
+    return create_agent(
+        scripted_model(turns), TOOLS, middleware=[_floor_middleware()], checkpointer=checkpointer
+    )
+
+
+def _floor_middleware() -> Any:
+    from langchain.agents.middleware import AgentMiddleware  # noqa: PLC0415
+    from langchain.agents.middleware.types import hook_config  # noqa: PLC0415
+
+    from langgraph_resilience.graph.middleware import ResilienceAgentState  # noqa: PLC0415
+
+    class PassThrough(AgentMiddleware[Any, Any, Any]):
+        state_schema = ResilienceAgentState
+
+        @hook_config(can_jump_to=["tools", "end"])
+        def before_model(self, state: Any, runtime: Any) -> None:
+            return None
+
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request)
+
+        def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+            return handler(request)
+
+    return PassThrough()
+
+
 Builder = Callable[[BaseCheckpointSaver[Any], int], Any]
 PAIRS: dict[str, tuple[Builder, Builder]] = {
     "add_resilience/ToolNode": (build_resilient, build_plain),
     "middleware/create_agent": (build_agent_resilient, build_agent_plain),
 }
 """What is compared, A against B: the graph entry point and the middleware one."""
+
+ATTRIBUTION: dict[str, tuple[Builder, Builder]] = {
+    "middleware/pass-through": (build_agent_resilient, build_agent_floor),
+}
+"""Compared on InMemorySaver only, to split a ratio above: the package's own share of
+the middleware's cost, over a middleware with the same hooks doing nothing."""
 
 
 def invoke_turn(graph: Any, **kwargs: Any) -> tuple[float, float, dict[str, Any]]:
@@ -358,7 +403,7 @@ def bench_turns(
 ) -> dict[str, Any]:
     """Interleave A and B turns (ABBA...) on one checkpointer; return the summary."""
     turns = 1 + warmup + pairs
-    build_a, build_b = PAIRS[pair]
+    build_a, build_b = {**PAIRS, **ATTRIBUTION}[pair]
     graphs = {"A": build_a(checkpointer, turns), "B": build_b(checkpointer, turns)}
     check_clean_ledger(graphs["A"])
     for _ in range(warmup):
@@ -977,6 +1022,8 @@ def print_turns(rows: list[dict[str, Any]], skipped: dict[str, str]) -> None:
     print(
         "add_resilience/ToolNode: A = add_resilience, B = ToolNode + tools_condition;\n"
         "middleware/create_agent: A = create_agent + ResilienceMiddleware(), B = create_agent;\n"
+        "middleware/pass-through: the same A, B = create_agent + a middleware with its hooks\n"
+        "  and state doing nothing (the package's own share of the middleware's cost);\n"
         "medians; A/B = ratio of median wall times (the target); CI = bootstrap over the\n"
         "interleaved pairs; +us/call = (A - B) / 2 tool calls; CPU A/B = ratio of median\n"
         "process CPU time (robust to other load; excludes the Postgres server's work);\n"
@@ -1147,6 +1194,17 @@ def main(argv: list[str] | None = None) -> int:
                         pair=pair,
                     )
                 )
+    for pair in ATTRIBUTION:
+        print(f"running InMemorySaver turns ({pair}) ...", flush=True)
+        rows.append(
+            bench_turns(
+                "InMemorySaver",
+                InMemorySaver(),
+                pairs=sizes.memory_pairs,
+                warmup=sizes.warmup_pairs,
+                pair=pair,
+            )
+        )
     print("running micro-benchmarks ...", flush=True)
     micro = bench_micro(sizes)
     profile = None

@@ -4,10 +4,14 @@ and a soak of side-effecting turns does not grow the process."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 import subprocess
 import sys
+from typing import Any
+
+from langgraph.checkpoint.memory import InMemorySaver
 
 from tests.conftest import ADMIN_DSN
 
@@ -23,6 +27,17 @@ def _run(script: str, *args: str, out: pathlib.Path) -> dict:  # type: ignore[ty
         timeout=600,
     )
     return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def _load(script: str) -> Any:
+    """A benchmark script as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(script, ROOT / "benchmarks" / f"{script}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[script] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_long_thread_channel_stays_flat(tmp_path: pathlib.Path, pg_dsn: str) -> None:
@@ -47,3 +62,33 @@ def test_soak_is_flat_on_the_in_memory_saver(tmp_path: pathlib.Path) -> None:
     # Allocator noise on a short, shared-CPU run reaches ~100 KB per 1,000 turns; the
     # unswept ledger grew ~1,100 KB. (The 10,000-turn benchmark itself allows 64 KB.)
     assert row["A"]["slope"] <= row["B"]["slope"] + 300.0, {k: v["slope"] for k, v in row.items()}
+
+
+def test_middleware_floor_has_the_same_graph() -> None:
+    """overhead.py's pass-through middleware is a fair floor for ResilienceMiddleware:
+    the same nodes and edges, the same state channels, and a clean turn answers both
+    calls with the model called twice."""
+    overhead = _load("overhead")
+
+    ours = overhead.build_agent_resilient(InMemorySaver(), 2)
+    floor = overhead.build_agent_floor(InMemorySaver(), 2)
+
+    def shape(graph: object, middleware: str) -> tuple[list[str], list[tuple[str, ...]]]:
+        drawn = graph.get_graph()  # type: ignore[attr-defined]
+        named = [node.replace(f"{middleware}.", "hook.") for node in drawn.nodes]
+        edges = [
+            tuple(str(part).replace(f"{middleware}.", "hook.") for part in edge)
+            for edge in drawn.edges
+        ]
+        return sorted(named), sorted(edges)
+
+    assert shape(ours, "ResilienceMiddleware") == shape(floor, "PassThrough")
+    channels = [
+        sorted(name.replace(f"{middleware}.", "hook.") for name in graph.channels)
+        for graph, middleware in ((ours, "ResilienceMiddleware"), (floor, "PassThrough"))
+    ]
+    assert channels[0] == channels[1]
+    assert "resilience" in floor.channels
+    _, _, result = overhead.invoke_turn(floor)
+    kinds = [type(m).__name__ for m in result["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage"]
