@@ -119,10 +119,11 @@ def _rejected(request: ToolCallRequest, result: Any) -> Any:
 
 
 def _one(node: GuardedToolNode, request: ToolCallRequest, state: Any) -> Batch | None:
-    batch = plan_batch(node.settings, state)
+    call_id = request.tool_call["id"] or ""
+    batch = plan_batch(node.settings, state, upto=call_id or None)
     if batch is None:
         return None
-    batch = batch.only(request.tool_call["id"] or "")
+    batch = batch.only(call_id)
     return batch if batch.runnable or batch.preflight else None
 
 

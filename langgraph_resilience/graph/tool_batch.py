@@ -157,7 +157,8 @@ class Batch:
 
     def only(self, call_id: str) -> Batch:
         """This batch cut down to one call: the step `create_agent` gives each tool call
-        (its own task). Siblings plan the same batch, so budgets and loop counts agree;
+        (its own task). Siblings plan the same batch, each up to itself (`plan_batch`
+        with `upto`), so budgets and loop counts agree;
         each step reports only its own call's share of them."""
         position = next(
             (i for i, call in enumerate(self.ai.tool_calls) if call["id"] == call_id), None
@@ -205,8 +206,13 @@ def tool_attempts(record: CallRecord) -> int:
     return record["attempts"] - record.get("fallback_at", 0)
 
 
-def plan_batch(cfg: ToolSettings, state: Any) -> Batch | None:
-    """The calls of the latest AIMessage this step runs, and those it answers at once."""
+def plan_batch(cfg: ToolSettings, state: Any, *, upto: str | None = None) -> Batch | None:
+    """The calls of the latest AIMessage this step runs, and those it answers at once.
+
+    With `upto` (a call id), planning stops after that call: a call's plan depends on
+    the siblings before it (budgets, loop counts), never on those after, so a step of
+    one call (`Batch.only`) need not plan the rest of its message.
+    """
     messages = read_messages(state, cfg.messages_key)
     found = last_ai_message(messages)
     if found is None:
@@ -226,12 +232,14 @@ def plan_batch(cfg: ToolSettings, state: Any) -> Batch | None:
     for slot, call in [*valid, *repaired]:
         call_id = call["id"] or ""
         if call_id in answered:
-            continue
-        if not call_id or call_id in reused:  # ToolMessages could not tell them apart
+            pass
+        elif not call_id or call_id in reused:  # ToolMessages could not tell them apart
             count = reused.get(call_id, 0)
             batch.preflight.append(Preflight(call_id_error(call, count), slot=slot))
-            continue
-        _consider(cfg, batch, ledger, slot, call, calls=calls, gone=gone, budget=budget)
+        else:
+            _consider(cfg, batch, ledger, slot, call, calls=calls, gone=gone, budget=budget)
+        if upto is not None and call_id == upto and call_id not in reused:
+            break
     return batch
 
 
