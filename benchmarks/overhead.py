@@ -1160,17 +1160,19 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         skipped["PostgresSaver"] = f"server unreachable at {DEFAULT_DSN} ({reason})"
         print(f"PostgresSaver part skipped: {skipped['PostgresSaver']}")
-    for pair in PAIRS:
+
+    def in_memory(pair: str) -> dict[str, Any]:
         print(f"running InMemorySaver turns ({pair}) ...", flush=True)
-        rows.append(
-            bench_turns(
-                "InMemorySaver",
-                InMemorySaver(),
-                pairs=sizes.memory_pairs,
-                warmup=sizes.warmup_pairs,
-                pair=pair,
-            )
+        return bench_turns(
+            "InMemorySaver",
+            InMemorySaver(),
+            pairs=sizes.memory_pairs,
+            warmup=sizes.warmup_pairs,
+            pair=pair,
         )
+
+    for pair in PAIRS:
+        rows.append(in_memory(pair))
         print(f"running SqliteSaver turns ({pair}) ...", flush=True)
         with sqlite_saver() as saver:
             rows.append(
@@ -1194,17 +1196,7 @@ def main(argv: list[str] | None = None) -> int:
                         pair=pair,
                     )
                 )
-    for pair in ATTRIBUTION:
-        print(f"running InMemorySaver turns ({pair}) ...", flush=True)
-        rows.append(
-            bench_turns(
-                "InMemorySaver",
-                InMemorySaver(),
-                pairs=sizes.memory_pairs,
-                warmup=sizes.warmup_pairs,
-                pair=pair,
-            )
-        )
+    rows.extend(in_memory(pair) for pair in ATTRIBUTION)
     print("running micro-benchmarks ...", flush=True)
     micro = bench_micro(sizes)
     profile = None
