@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -126,8 +127,16 @@ class _LockSession:
         """Grows with every reconnect: a lock taken in an older generation died with it."""
 
     def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
+        """The session's connection, reconnected if it ended or is stuck: an owned
+        session is idle between lock statements (autocommit, under the mutex), so one
+        that is not (a statement whose answer was never read, after an interrupted
+        round trip) can run nothing more. Closing it ends the locks it held, and the
+        new generation makes every fence taken on it report the lock lost."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            if _usable(conn) or self._conninfo is None:
+                return conn
+            conn.close()
         if self._conninfo is None:
             raise PersistenceError(f"the lock connection to {self.shown} is closed")
         try:
@@ -171,7 +180,7 @@ class _LockSession:
 
     def _query(self, sql: str, thread_id: str) -> bool:
         """Run one lock statement; an owned session that broke (server restart) is
-        reconnected once. Locks it held died with it: the server released them."""
+        reconnected once, as is one the error left stuck. Locks it held died with it."""
         for attempt in (1, 2):
             conn = self._connection()
             try:
@@ -181,7 +190,7 @@ class _LockSession:
                     conn.commit()
                 return bool(row and row["locked"])
             except psycopg.OperationalError as exc:
-                if self._conninfo is None or attempt == 2 or not conn.closed:
+                if self._conninfo is None or attempt == 2 or _usable(conn):
                     raise connect_error(self.shown, exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -256,6 +265,11 @@ async def _apg_wait(
             await cur.execute(_LOCK_WAIT_SQL, (_lock_name(thread_id),))
     except psycopg.errors.LockNotAvailable:
         raise ThreadBusyError(thread_id, shown) from None
+
+
+def _usable(conn: psycopg.Connection[Any]) -> bool:
+    """Open and idle: ready for the next statement."""
+    return not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def _alive(conn: psycopg.Connection[Any]) -> bool:

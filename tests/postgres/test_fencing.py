@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from langgraph_resilience import ThreadLockLostError, open_postgres, thread_lock
+from langgraph_resilience.stores import locks
 from langgraph_resilience.stores.fencing import check_fence
 from langgraph_resilience.stores.persistence import LOCK_APPLICATION_NAME
 from tests.postgres.processes import finish, spawn
@@ -42,6 +43,26 @@ def test_a_lost_lock_is_noticed_at_the_next_fence(pg_dsn: str) -> None:
         config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
         with pytest.raises(ThreadLockLostError):
             p.checkpointer.put_writes(config, [("x", 1)], "task")
+
+
+def test_a_stuck_lock_session_is_replaced(pg_dsn: str) -> None:
+    """A lock statement whose answer was never read (a round trip cut short) leaves the
+    process's lock session unable to run anything ("another command is already in
+    progress"). The next lock replaces the session instead of failing for the rest of
+    the process's life; the lock the stuck session held is reported lost, then freed."""
+    with open_postgres(pg_dsn) as p, thread_lock(p, "t1"):
+        assert p.pool is not None
+        session = locks._session_for("postgres", p.pool.conninfo)
+        stuck = session._conn
+        assert stuck is not None
+        stuck.pgconn.send_query(b"SELECT 1")  # sent; its answer is never read
+        with pytest.raises(ThreadLockLostError):
+            check_fence("t1")
+        with thread_lock(p, "t2"):
+            check_fence("t2")
+        assert stuck.closed
+        with thread_lock(pg_dsn, "t1", wait=10):  # another session: the old one's lock is free
+            pass
 
 
 def run_scenario(dsn: str, tmp: pathlib.Path, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
