@@ -134,7 +134,10 @@ class _LockSession:
         new generation makes every fence taken on it report the lock lost."""
         conn = self._conn
         if conn is not None and not conn.closed:
-            if _usable(conn) or self._conninfo is None:
+            if _usable(conn):
+                return conn
+            if self._conninfo is None:  # the caller's own: never replaced, but named
+                _check_given(conn, self.shown)
                 return conn
             conn.close()
         if self._conninfo is None:
@@ -270,6 +273,23 @@ async def _apg_wait(
 def _usable(conn: psycopg.Connection[Any]) -> bool:
     """Open and idle: ready for the next statement."""
     return not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def _check_given(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], shown: str) -> None:
+    """A caller's connection that cannot take a lock statement: say why, and what to
+    pass instead, rather than report a failure to connect."""
+    status = conn.info.transaction_status
+    if status == TransactionStatus.ACTIVE:
+        raise PersistenceError(
+            f"the connection to {shown} given to thread_lock is busy: a statement sent "
+            "on it has an answer nobody read. Give thread_lock a connection used for "
+            "nothing else, or a DSN or pool so it keeps its own lock session"
+        )
+    if status == TransactionStatus.INERROR:
+        raise PersistenceError(
+            f"the connection to {shown} given to thread_lock is in a failed "
+            "transaction; roll it back (conn.rollback()) before locking a thread on it"
+        )
 
 
 def _alive(conn: psycopg.Connection[Any]) -> bool:
@@ -420,6 +440,7 @@ async def athread_lock(
     """
     if isinstance(target, psycopg.AsyncConnection):
         shown = redact(target.info.dsn)
+        _check_given(target, shown)
         if wait is False:
             async with target.cursor(row_factory=dict_row) as cur:
                 await cur.execute(_LOCK_SQL, (_lock_name(thread_id),))

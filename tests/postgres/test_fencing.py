@@ -3,6 +3,7 @@ second runner that takes the lock is the only one that goes on (no fork, no doub
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
 import uuid
@@ -11,7 +12,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from langgraph_resilience import ThreadLockLostError, open_postgres, thread_lock
+from langgraph_resilience import (
+    PersistenceError,
+    ThreadLockLostError,
+    athread_lock,
+    open_postgres,
+    thread_lock,
+)
 from langgraph_resilience.stores import locks
 from langgraph_resilience.stores.fencing import check_fence
 from langgraph_resilience.stores.persistence import LOCK_APPLICATION_NAME
@@ -63,6 +70,39 @@ def test_a_stuck_lock_session_is_replaced(pg_dsn: str) -> None:
         assert stuck.closed
         with thread_lock(pg_dsn, "t1", wait=10):  # another session: the old one's lock is free
             pass
+
+
+def test_a_busy_given_connection_is_named_not_replaced(pg_dsn: str) -> None:
+    """A connection the caller gave is never replaced: one left busy or in a failed
+    transaction gets an error that says so and what to pass instead, not "cannot
+    connect"; the connection is left as it was."""
+    with contextlib.closing(psycopg.connect(pg_dsn, autocommit=True)) as conn:
+        conn.pgconn.send_query(b"SELECT 1")  # sent; its answer is never read
+        busy = pytest.raises(PersistenceError, match=r"is busy.*used for nothing else")
+        with busy, thread_lock(conn, "t1"):
+            pass
+        assert not conn.closed
+    with psycopg.connect(pg_dsn) as conn:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1 / 0")
+        failed = pytest.raises(PersistenceError, match=r"failed transaction.*rollback\(\)")
+        with failed, thread_lock(conn, "t1"):
+            pass
+        conn.rollback()
+        with thread_lock(conn, "t1"):
+            check_fence("t1")
+
+
+async def test_a_busy_given_async_connection_is_named(pg_dsn: str) -> None:
+    """`athread_lock` on a caller's busy `AsyncConnection`: the same typed error."""
+    conn = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
+    try:
+        conn.pgconn.send_query(b"SELECT 1")  # sent; its answer is never read
+        with pytest.raises(PersistenceError, match=r"is busy.*used for nothing else"):
+            async with athread_lock(conn, "t1"):
+                pass
+    finally:
+        await conn.close()
 
 
 def run_scenario(dsn: str, tmp: pathlib.Path, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
