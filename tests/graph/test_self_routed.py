@@ -12,6 +12,7 @@ import itertools
 from typing import Any
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END
@@ -147,3 +148,35 @@ def test_the_drawing_still_names_the_tools_node_s_tools() -> None:
     h = build_graph([search, refund], [text("ok")])
     mermaid = h.app.get_graph().draw_mermaid()
     assert "tools(tools<hr/><small><em>__tools = search, refund</em></small>)" in mermaid
+
+
+class _Runs(BaseCallbackHandler):
+    """The names of the chain runs a graph run starts (what a tracer would show)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
+        self.names.append(kwargs.get("name") or "")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_the_package_s_routers_are_not_runs_of_their_own(mode: str) -> None:
+    """The routers are plumbing: no traced run each (three a turn cost a sixth of the
+    clean turn's overhead); the agent and tools nodes still are runs, and a route off
+    the clean path is still announced."""
+    flaky = FaultyTool(search, [Fault.status(429, retry_after="5")])
+    h = build_graph([flaky], [tool_calls(("search", {"query": "x"})), text("ok")])
+    runs = _Runs()
+    config = {**h.config(), "callbacks": [runs]}
+    inp = {"messages": [("user", "go")]}
+    kwargs: dict[str, Any] = {"stream_mode": ["custom", "values"]}
+    if mode == "sync":
+        chunks = list(h.app.stream(inp, config, **kwargs))
+    else:
+        chunks = [chunk async for chunk in h.app.astream(inp, config, **kwargs)]
+
+    assert {"agent", "tools", "retry"} <= set(runs.names)
+    routers = {"route_entry", "route_after_agent", "announced_next_step", "next_step"}
+    assert routers.isdisjoint(runs.names), runs.names
+    assert _routes(chunks) == ["retry", "agent"]
