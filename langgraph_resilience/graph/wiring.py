@@ -366,7 +366,7 @@ class _Router(Runnable[Any, Any]):
     """One of the package's routers, run as plain code: not a traced run of its own.
 
     A function given to ``add_conditional_edges`` becomes a traced run (callbacks
-    start and end it) on every turn; three such runs were a sixth of a clean turn's
+    start and end it) on every turn; three such runs were over a third of a clean turn's
     overhead over plain ``ToolNode``. The routers are the package's plumbing, and a
     route that leaves the clean path is announced as a ``route`` event."""
 

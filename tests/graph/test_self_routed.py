@@ -162,7 +162,7 @@ class _Runs(BaseCallbackHandler):
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_the_package_s_routers_are_not_runs_of_their_own(mode: str) -> None:
-    """The routers are plumbing: no traced run each (three a turn cost a sixth of the
+    """The routers are plumbing: no traced run each (three a turn cost over a third of the
     clean turn's overhead); the agent and tools nodes still are runs, and a route off
     the clean path is still announced."""
     flaky = FaultyTool(search, [Fault.status(429, retry_after="5")])
