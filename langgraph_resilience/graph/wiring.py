@@ -128,7 +128,7 @@ def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str, messages_
     if branches:
         builder.branches[name] = branches
     if len(targets) == 1 and not branches:
-        entry = _router(route_entry, messages_key)
+        entry = _Router(route_entry, messages_key)
         builder.add_conditional_edges(START, entry, {"pending": name, "go": targets[0]})
     else:
         builder.add_edge(START, name)
@@ -335,10 +335,10 @@ def _add_edges(
 ) -> None:
     """The agent's edge to the tools, and every recovery node's router (the tools node
     routes itself: `SelfRouted`)."""
-    router = _router(announced_next_step, messages_key)
+    router = _Router(announced_next_step, messages_key)
     builder.add_conditional_edges(
         agent,
-        _router(route_after_agent, messages_key),
+        _Router(route_after_agent, messages_key),
         {"tools": names["tools"], "__end__": END},
     )
     for role in roles:
@@ -349,21 +349,16 @@ def _add_edges(
         elif role == "executor":
             builder.add_conditional_edges(
                 names["executor"],
-                _router(route_after_executor, messages_key),
+                _Router(route_after_executor, messages_key),
                 onward,
             )
         else:
             builder.add_conditional_edges(names[role], router, onward)
 
 
-def _router(route: Callable[..., Any], messages_key: str) -> _Router:
-    """`route` bound to the graph's messages key, named after it (LangGraph names the
-    branch after it)."""
-    return _Router(route, messages_key)
-
-
 class _Router(Runnable[Any, Any]):
-    """One of the package's routers, run as plain code: not a traced run of its own.
+    """One of the package's routers, bound to the graph's messages key and named after
+    it (LangGraph names the branch so), run as plain code: not a traced run of its own.
 
     A function given to ``add_conditional_edges`` becomes a traced run (callbacks
     start and end it) on every turn; three such runs were over a third of a clean turn's
