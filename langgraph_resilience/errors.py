@@ -274,6 +274,25 @@ class LedgerUnavailableError(ResilienceError):
         self.operation = operation
 
 
+class StepNotSavedError(ResilienceError):
+    """The checkpoint of the step that asked for a side effect was not saved in time.
+
+    Under ``durability="async"`` LangGraph saves a step while the next one runs; an
+    effect that ran before the step asking for it was saved could, after a crash, be
+    asked for again by a model that never saw it. So the effect waits for that save,
+    and when it does not come the run stops here: nothing ran. Check the checkpointer's
+    database, then resume the thread.
+    """
+
+    def __init__(self, tool: str, seconds: float) -> None:
+        super().__init__(
+            f"the checkpoint of the step that called {tool!r} was not saved within "
+            f"{seconds:g}s, so the side effect was not run (a crash could lose the call "
+            "that asked for it); check the checkpointer's database, then resume the thread"
+        )
+        self.tool = tool
+
+
 class AttemptAbandoned(TimeoutError):
     """`tool_timeout` stopped waiting for an attempt that may still be running (a thread
     cannot be killed; a remote service may still commit): for up to `grace` seconds its

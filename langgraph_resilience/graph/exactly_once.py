@@ -34,11 +34,13 @@ from langgraph_resilience.errors import (
     FailureClass,
     LedgerUnavailableError,
     OutputValidationError,
+    StepNotSavedError,
     ThreadLockLostError,
     ToolFailure,
 )
 from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.graph.in_flight import Settled, asettle, settle
+from langgraph_resilience.graph.saved_step import SavedStep, await_saved, wait_saved
 from langgraph_resilience.stores.effect_ledger import EffectLedger
 from langgraph_resilience.stores.fencing import acheck_fence, check_fence
 
@@ -161,6 +163,9 @@ class Effect:
     outcome has since been recorded is answered from it."""
     grace: float = 0.0
     """How long an abandoned attempt may still be running (the tool's timeout)."""
+    saved_step: SavedStep | None = None
+    """The checkpoint the call's step runs from, to wait for before a first run
+    (`langgraph_resilience.graph.saved_step`); None when nothing is to be waited for."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -201,9 +206,11 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
     if reconciled is not None:
         return reconciled
     try:
+        if effect.saved_step is not None:
+            yield Call(wait_saved, await_saved, (effect.saved_step, call["name"]))
         yield Call(check_fence, acheck_fence, (effect.thread_id,))
-    except ThreadLockLostError:
-        yield from _release(effect, effect.key)  # claimed, never run: the holder runs it
+    except (ThreadLockLostError, StepNotSavedError):
+        yield from _release(effect, effect.key)  # claimed, never run: run it afresh
         raise
     try:
         answer: Answer = yield from run.tool()

@@ -54,6 +54,7 @@ from langgraph_resilience.errors import (
     FailureClass,
     LedgerUnavailableError,
     OutputValidationError,
+    StepNotSavedError,
     ThreadLockLostError,
     ToolGoneError,
 )
@@ -86,6 +87,7 @@ from langgraph_resilience.graph.mcp import (
     skipped_message,
 )
 from langgraph_resilience.graph.node import ResilienceNode
+from langgraph_resilience.graph.saved_step import step_to_save
 from langgraph_resilience.graph.step_retry import retried_in_step
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
 from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
@@ -109,7 +111,12 @@ Answer = ToolMessage | Command[Any]
 DEFAULT_BREAKER = BreakerConfig()
 """The breaker every tool gets unless told otherwise (`add_resilience`'s default too)."""
 
-_NOT_THE_TOOLS = (ConfigurationError, LedgerUnavailableError, ThreadLockLostError)
+_NOT_THE_TOOLS = (
+    ConfigurationError,
+    LedgerUnavailableError,
+    StepNotSavedError,
+    ThreadLockLostError,
+)
 """Our own misconfiguration, ledger or lock: never the tool's failure, always raised."""
 
 _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, EffectNotDone)
@@ -307,10 +314,12 @@ class GuardedToolNode(ResilienceNode):
         admitted = ticket
         profile = self.profiles.get(call["name"])
         effect = None
-        if in_step is not None and profile is not None and profile.side_effect:
-            grace = self.guards.timeout_for(call["name"]) or 0.0
-            effect = _effect_of(call, request, in_step, profile, policy=self.policy, grace=grace)
         try:
+            if in_step is not None and profile is not None and profile.side_effect:
+                grace = self.guards.timeout_for(call["name"]) or 0.0
+                effect = _effect_of(
+                    call, request, in_step, profile, policy=self.policy, grace=grace
+                )
             if effect is None:
                 result = yield from self._attempt(call, request, run)
             else:
@@ -650,6 +659,7 @@ def _effect_of(
         told_before=batch.told_before(),
         told_now=batch.told_now(),
         grace=grace,
+        saved_step=step_to_save(config, call["name"]),
     )
 
 

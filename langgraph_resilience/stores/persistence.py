@@ -33,13 +33,17 @@ Durability (the ``durability=`` argument of ``invoke`` / ``stream`` / ``ainvoke`
   is durable before any tool runs, so a crash replays the *same* calls and the
   ledger turns them into recorded outcomes or reconciliations.
 - ``durability="async"`` (LangGraph's default): the checkpoint of step n is
-  written while step n+1 runs. Faster, but a crash during the tools step can
-  lose the agent's checkpoint; the resumed model then emits new tool calls with
-  new ids, hence new keys, and an effect can run twice. The ledger still
-  protects a replay of the *same* call; it cannot recognise a re-planned one.
+  written while step n+1 runs. A side-effecting call therefore waits, before its
+  first run, until the checkpoint of the step that asked for it can be read back
+  (`~langgraph_resilience.graph.saved_step`; usually one read, as that save started
+  first), so a crash during the tools step replays the *same* calls, as under
+  ``"sync"``; a save that does not come stops the run (`StepNotSavedError`, nothing
+  ran). Read-only tools do not wait.
 - ``durability="exit"``: written only when the run ends or interrupts. A crash
-  loses the whole run: every LLM call and read-only tool runs again, and
-  effects are exposed as with ``"async"``. Only for graphs without side effects.
+  loses the whole run: every LLM call and tool runs again and the model may plan
+  an effect anew, so a side-effecting call under it is refused with a
+  `ConfigurationError` (beside a checkpointer that outlives the process). Only for
+  graphs without side effects.
 
 Whatever the mode, the ledger's intent is committed durably before the effect
 starts; its outcome is flushed by the next durable commit (see

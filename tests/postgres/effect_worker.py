@@ -10,6 +10,10 @@ under the thread lock and prints JSON (``{"busy": true}`` if another runner hold
 ``--timeout`` gives the tool a timeout (and the graph the system clock, so waits for
 an attempt in flight are real).
 
+``--late-save SECONDS`` delays, in ``start``, every save of the model's step (its
+checkpoint and its task's writes) by that long, as a loaded database does under
+LangGraph's default ``durability="async"``: the payment must wait for the save.
+
 ``--wiring`` says how the user wired the ledger: ``explicit`` passes
 ``idempotency=``/``saga=`` from `open_postgres`; ``default`` passes nothing next to
 `open_postgres`'s checkpointer; ``saver`` passes nothing next to LangGraph's own
@@ -60,6 +64,45 @@ class State(MessagesState, ResilienceState):
 def hang(marker: pathlib.Path, what: str) -> None:
     marker.write_text(what)
     time.sleep(120)  # the test SIGKILLs the process here: a real hang, not a clock
+
+
+def save_late(seconds: float) -> None:
+    """Delay the saves of the model's step (step 1's checkpoint, the writes that route
+    to the tools) on every Postgres saver of this process: a real wait, as a slow disk."""
+
+    def late(metadata: Any = None, writes: Any = ()) -> bool:
+        return (metadata or {}).get("step", -1) >= 1 or any(
+            c == "branch:to:tools" for c, _ in writes
+        )
+
+    put, put_writes = PostgresSaver.put, PostgresSaver.put_writes
+    aput, aput_writes = AsyncPostgresSaver.aput, AsyncPostgresSaver.aput_writes
+
+    def slow_put(self: Any, config: Any, checkpoint: Any, metadata: Any, versions: Any) -> Any:
+        if late(metadata=metadata):
+            time.sleep(seconds)
+        return put(self, config, checkpoint, metadata, versions)
+
+    def slow_put_writes(self: Any, config: Any, writes: Any, *rest: Any) -> Any:
+        if late(writes=writes):
+            time.sleep(seconds)
+        return put_writes(self, config, writes, *rest)
+
+    async def slow_aput(
+        self: Any, config: Any, checkpoint: Any, metadata: Any, versions: Any
+    ) -> Any:
+        if late(metadata=metadata):
+            await asyncio.sleep(seconds)
+        return await aput(self, config, checkpoint, metadata, versions)
+
+    async def slow_aput_writes(self: Any, config: Any, writes: Any, *rest: Any) -> Any:
+        if late(writes=writes):
+            await asyncio.sleep(seconds)
+        return await aput_writes(self, config, writes, *rest)
+
+    PostgresSaver.put, PostgresSaver.put_writes = slow_put, slow_put_writes  # type: ignore[method-assign]
+    AsyncPostgresSaver.aput = slow_aput  # type: ignore[method-assign]
+    AsyncPostgresSaver.aput_writes = slow_aput_writes  # type: ignore[method-assign]
 
 
 def build(
@@ -143,7 +186,10 @@ def main() -> None:
     parser.add_argument("--slow", type=float, nargs="?", const=3.0, default=0.0)
     parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--wiring", choices=["explicit", "default", "saver"], default="explicit")
+    parser.add_argument("--late-save", type=float, default=0.0)
     args = parser.parse_args()
+    if args.late_save and args.phase == "start":
+        save_late(args.late_save)
     kill_at = args.kill_at if args.phase == "start" else "none"
     marker = pathlib.Path(args.marker)
     config = {"configurable": {"thread_id": args.thread}}

@@ -92,6 +92,39 @@ def test_the_ledger_follows_a_durable_checkpointer_without_extra_wiring(
     assert rows == [("done",)]
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("wiring", ["default", "saver"])
+def test_a_payment_waits_for_the_save_of_the_step_that_asked_for_it(
+    pg_dsn: str, tmp_path: pathlib.Path, wiring: str, mode: str
+) -> None:
+    """LangGraph's default durability saves the model's step while the tools step runs;
+    with that save late (2 s), the payment waits for it, so a kill right after the
+    payment resumes the *same* call (one ledger row), not a model asked again (CI once
+    saw the race: a second key, replayed from the first)."""
+    _prepare(pg_dsn)
+    thread, marker = uuid.uuid4().hex, tmp_path / "marker"
+    common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(marker), "--mode", mode]
+    common += ["--wiring", wiring]
+    first = spawn(WORKER, "start", *common, "--kill-at", "after", "--late-save", "2", killed=True)
+    wait_for_marker(marker, first)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    with psycopg.connect(pg_dsn) as conn:
+        [(saved,)] = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND metadata->>'step' = '1'",
+            (thread,),
+        ).fetchall()
+    assert saved == 1  # the model's step was saved before the payment ran
+
+    result = finish(spawn(WORKER, "resume", *common))
+
+    assert result == {"next": [], "last": "paid"}
+    assert len(_payments(pg_dsn)) == 1
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute("SELECT status FROM lgr_idempotency WHERE tool = 'charge'").fetchall()
+    assert rows == [("done",)]
+
+
 def test_two_runners_on_one_thread_one_gets_thread_busy(
     pg_dsn: str, tmp_path: pathlib.Path
 ) -> None:

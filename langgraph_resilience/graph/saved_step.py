@@ -1,0 +1,126 @@
+"""A side effect runs only once the step that asked for it is saved.
+
+Under LangGraph's default ``durability="async"`` the checkpoint holding the model's
+``AIMessage`` is written while the tools step already runs. If an effect lands before
+that write and the process dies, the resumed thread asks the model again; the model
+never saw the call and may plan it anew (other arguments, so its fingerprint does not
+match): the effect runs twice, or runs without a trace in the thread. So a
+side-effecting call that is about to run for the first time first waits until the
+checkpoint its step runs from can be read back (a short, bounded poll of the
+checkpointer; usually one read, since that save started before the tools step).
+
+- ``durability="sync"`` (what `resume` uses): the save came before the step; no read.
+- ``durability="exit"``: nothing is saved until the run ends, so no wait can help; a
+  side effect there is refused at once (`ConfigurationError`), before anything runs.
+- A checkpointer that keeps its checkpoints in this process only (a plain
+  `InMemorySaver`, or none): a crash loses them with the effect's context; no read.
+
+A save that does not come within `SAVE_WAIT` seconds stops the run with
+`StepNotSavedError`, the effect not run and its claim released.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
+
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
+from langgraph_resilience.errors import ConfigurationError, StepNotSavedError
+
+__all__ = ["SAVE_WAIT", "SavedStep", "await_saved", "step_to_save", "wait_saved"]
+
+SAVE_WAIT = 10.0
+"""Seconds a side effect waits for its step's checkpoint before the run stops."""
+
+_FIRST_POLL, _MAX_POLL = 0.001, 0.05
+
+# LangGraph's own keys in a task's ``configurable`` (langgraph._internal._constants).
+_CHECKPOINTER, _DURABILITY = "__pregel_checkpointer", "__pregel_durability"
+_NS_SEP = "|"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SavedStep:
+    """The checkpoint a side-effecting call's step runs from, and where to read it."""
+
+    checkpointer: BaseCheckpointSaver[Any]
+    config: RunnableConfig
+
+
+def step_to_save(config: Mapping[str, Any], tool: str) -> SavedStep | None:
+    """The checkpoint `tool`'s effect must wait for (None: nothing to wait for).
+
+    Raises `ConfigurationError` under ``durability="exit"`` with a checkpointer that
+    outlives the process: an effect there cannot be made safe across a crash."""
+    conf = config.get("configurable") or {}
+    checkpointer = conf.get(_CHECKPOINTER)
+    durability = conf.get(_DURABILITY, "async")
+    if durability == "sync" or not isinstance(checkpointer, BaseCheckpointSaver):
+        return None
+    if not _outlives_process(checkpointer):
+        return None
+    if durability == "exit":
+        raise ConfigurationError(
+            f"{tool!r} has side effects and the graph runs with durability='exit' on "
+            f"{type(checkpointer).__name__}: nothing is saved until the run ends, so after "
+            "a crash the model is asked again and may plan the effect anew; run it with "
+            "durability='sync' (or 'async')"
+        )
+    ns = str(conf.get("checkpoint_ns", "")).rpartition(_NS_SEP)[0]  # the graph's, not the task's
+    checkpoint_id = (conf.get("checkpoint_map") or {}).get(ns)
+    if not checkpoint_id:
+        return None
+    saved: RunnableConfig = {
+        "configurable": {
+            "thread_id": conf.get("thread_id"),
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+    return SavedStep(checkpointer, saved)
+
+
+def wait_saved(step: SavedStep, tool: str) -> None:
+    """Return once `step`'s checkpoint can be read back (sync runs)."""
+    drive(_until_saved(step, tool), _REAL_TIME)
+
+
+async def await_saved(step: SavedStep, tool: str) -> None:
+    """Return once `step`'s checkpoint can be read back (async runs)."""
+    await adrive(_until_saved(step, tool), _REAL_TIME)
+
+
+_REAL_TIME = SystemClock()
+"""The wait is for a real write of this process, never the graph's (maybe fake) clock."""
+
+
+def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
+    """Read the checkpoint back, backing off from 1 ms to 50 ms, for `SAVE_WAIT`
+    seconds in all; a failed read counts as not saved yet."""
+    checkpointer, waited, delay = step.checkpointer, 0.0, _FIRST_POLL
+    last: Exception | None = None
+    while True:
+        try:
+            found = yield Call(checkpointer.get_tuple, checkpointer.aget_tuple, (step.config,))
+        except Exception as exc:
+            found, last = None, exc
+        if found is not None:
+            return
+        if waited >= SAVE_WAIT:
+            raise StepNotSavedError(tool, SAVE_WAIT) from last
+        yield Sleep(delay)
+        waited += delay
+        delay = min(delay * 2, _MAX_POLL)
+
+
+def _outlives_process(checkpointer: BaseCheckpointSaver[Any]) -> bool:
+    """Whether `checkpointer` keeps checkpoints a crash of this process does not lose."""
+    if type(checkpointer) is InMemorySaver:
+        return isinstance(checkpointer.storage, PersistentDict)  # `langgraph dev`'s
+    return True

@@ -1,0 +1,243 @@
+"""A side effect runs only once the step that asked for it is saved: LangGraph's default
+durability saves the model's step while the tools step runs, and an effect that landed
+before that save would, after a crash, be asked for again by a model that never saw it.
+``durability="exit"`` is refused before anything runs; a save that never comes stops the
+run with the effect not run and its claim released."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_resilience import (
+    ConfigurationError,
+    InMemoryIdempotencyStore,
+    ResilienceMiddleware,
+    StepNotSavedError,
+    ToolProfile,
+)
+from langgraph_resilience.graph import saved_step
+from langgraph_resilience.graph.saved_step import step_to_save
+from langgraph_resilience.stores.saga import InMemorySagaLog
+from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
+from tests.conftest import build_graph
+
+
+class DiskSaver(InMemorySaver):
+    """A checkpointer that stands for one outliving the process (a subclass is not the
+    plain in-process `InMemorySaver`), whose save of the model's step (step 1) can be
+    held until the effect's wait has read it back once, or dropped."""
+
+    def __init__(self, *, hold: bool = False, drop: bool = False) -> None:
+        super().__init__()
+        self.hold, self.drop = hold, drop
+        self.read_missing = threading.Event()
+        self.order: list[str] = []
+        self.step_reads = 0
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: Any,
+    ) -> RunnableConfig:
+        if metadata.get("step") == 1:
+            if self.drop:
+                return {
+                    "configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}
+                }
+            if self.hold:
+                self.read_missing.wait(10)
+            saved = super().put(config, checkpoint, metadata, new_versions)
+            self.order.append("saved")
+            return saved
+        return super().put(config, checkpoint, metadata, new_versions)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: Any,
+    ) -> RunnableConfig:
+        if metadata.get("step") == 1 and self.hold and not self.drop:
+            await asyncio.to_thread(self.read_missing.wait, 10)
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        found = super().get_tuple(config)
+        if config["configurable"].get("checkpoint_id"):
+            self.step_reads += 1
+            if found is None:
+                self.read_missing.set()
+        return found
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+
+def _run(app: Any, inp: Any, config: Any, mode: str, **kwargs: Any) -> Any:
+    if mode == "sync":
+        return app.invoke(inp, config, **kwargs)
+    return asyncio.run(app.ainvoke(inp, config, **kwargs))
+
+
+def _payments_graph(
+    saver: DiskSaver, payments: list[str], order: list[str] | None = None, *, turns: int = 1
+) -> Any:
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        payments.append(str(amount))
+        if order is not None:
+            order.append("paid")
+        return f"paid {amount}"
+
+    return build_graph(
+        [pay],
+        [r for n in range(turns) for r in (tool_calls(("pay", {"amount": 5 + n})), text("done"))],
+        profiles={"pay": ToolProfile(side_effect=True)},
+        checkpointer=saver,
+        options={"idempotency": InMemoryIdempotencyStore(), "saga": InMemorySagaLog()},
+    ).app
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str) -> None:
+    """The save of the model's step is held until the effect's wait has found it
+    missing once: the payment comes after the save, never before (without the wait it
+    would run first, and the held save would time out after 10 s)."""
+    saver, payments = DiskSaver(hold=True), []
+    app = _payments_graph(saver, payments, saver.order)
+
+    out = _run(app, {"messages": [("user", "pay")]}, {"configurable": {"thread_id": "t"}}, mode)
+
+    assert saver.order == ["saved", "paid"]
+    assert payments == ["5"]
+    assert out["messages"][-1].content == "done"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_durability_sync_reads_nothing_back(mode: str) -> None:
+    """Under durability='sync' the save came before the step: no read per effect."""
+    saver, payments = DiskSaver(), []
+    app = _payments_graph(saver, payments, turns=2)
+    config = {"configurable": {"thread_id": "t"}}
+
+    _run(app, {"messages": [("user", "pay")]}, config, mode, durability="sync")
+    assert (saver.step_reads, payments) == (0, ["5"])
+
+    _run(app, {"messages": [("user", "again")]}, config, mode, durability="async")
+    assert saver.step_reads >= 1
+    assert payments == ["5", "6"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_save_that_never_comes_stops_the_run_and_releases_the_claim(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's step is never saved: the run stops with StepNotSavedError, nothing
+    paid; once the database saves again, resuming pays once (the claim was released,
+    so the call is not an effect of unknown outcome)."""
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 0.02)
+    saver, payments = DiskSaver(drop=True), []
+    app = _payments_graph(saver, payments)
+    config = {"configurable": {"thread_id": "t"}}
+
+    with pytest.raises(StepNotSavedError, match=r"'pay' was not saved within 0\.02s"):
+        _run(app, {"messages": [("user", "pay")]}, config, mode)
+    assert payments == []
+
+    saver.drop = False
+    out = _run(app, None, config, mode, durability="sync")
+    assert payments == ["5"]
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answer.content == "paid 5"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_durability_exit_is_refused_before_anything_runs(mode: str) -> None:
+    """'exit' saves nothing until the run ends: a side effect there is refused at once,
+    nothing claimed, and the same thread then runs it once under durability='sync'."""
+    saver, payments = DiskSaver(), []
+    app = _payments_graph(saver, payments)
+    config = {"configurable": {"thread_id": "t"}}
+
+    with pytest.raises(ConfigurationError, match=r"durability='exit'.*durability='sync'"):
+        _run(app, {"messages": [("user", "pay")]}, config, mode, durability="exit")
+    assert payments == []
+
+    _run(app, None, config, mode, durability="sync")
+    assert payments == ["5"]
+
+
+def test_the_middleware_waits_and_refuses_alike() -> None:
+    """create_agent + ResilienceMiddleware: the same wait, the same refusal."""
+    refunds: list[str] = []
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    def agent(saver: DiskSaver) -> Any:
+        model = ScriptedChatModel(
+            responses=[tool_calls(("refund", {"order_id": "A1"})), text("done")]
+        )
+        middleware = ResilienceMiddleware(
+            clock=FakeClock(),
+            profiles={"refund": ToolProfile(side_effect=True)},
+            idempotency=InMemoryIdempotencyStore(),
+            saga=InMemorySagaLog(),
+        )
+        return create_agent(model, [refund], middleware=[middleware], checkpointer=saver)
+
+    held = DiskSaver(hold=True)
+    held_order = held.order
+    app = agent(held)
+    app.invoke({"messages": [HumanMessage("refund A1")]}, {"configurable": {"thread_id": "t"}})
+    assert refunds == ["A1"]
+    assert held.step_reads >= 1
+    assert held_order[0] == "saved"
+
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    with pytest.raises(ConfigurationError, match="durability='exit'"):
+        agent(DiskSaver()).invoke(
+            {"messages": [HumanMessage("refund A1")]}, config, durability="exit"
+        )
+    assert refunds == ["A1"]
+
+
+def test_the_checkpoint_waited_for_is_the_one_of_the_tools_graph() -> None:
+    """Inside a subgraph the step's checkpoint is the subgraph's (its namespace without
+    the task's own segment); a plain InMemorySaver or none has nothing to wait for."""
+    saver = DiskSaver()
+    conf = {
+        "__pregel_checkpointer": saver,
+        "thread_id": "t",
+        "checkpoint_ns": "sub:1|tools:2",
+        "checkpoint_map": {"": "root-id", "sub:1": "sub-id"},
+    }
+    step = step_to_save({"configurable": conf}, "pay")
+    assert step is not None
+    assert step.config == {
+        "configurable": {"thread_id": "t", "checkpoint_ns": "sub:1", "checkpoint_id": "sub-id"}
+    }
+    root = step_to_save({"configurable": {**conf, "checkpoint_ns": "tools:2"}}, "pay")
+    assert root is not None
+    assert root.config["configurable"]["checkpoint_id"] == "root-id"
+    plain = {**conf, "__pregel_checkpointer": InMemorySaver(), "__pregel_durability": "exit"}
+    assert step_to_save({"configurable": plain}, "pay") is None
+    assert step_to_save({"configurable": {**conf, "__pregel_checkpointer": None}}, "pay") is None
