@@ -7,7 +7,10 @@ never saw the call and may plan it anew (other arguments, so its fingerprint doe
 match): the effect runs twice, or runs without a trace in the thread. So a
 side-effecting call that is about to run for the first time first waits until the
 checkpoint its step runs from can be read back (a short, bounded poll of the
-checkpointer; usually one read, since that save started before the tools step).
+checkpointer; that save started before the tools step, so one or two reads). On
+LangGraph's Postgres savers a read is one indexed ``SELECT 1`` on the checkpoint's key
+(`_PostgresProbe`), not ``get_tuple``, which loads and deserializes every channel and
+so costs more the longer the thread.
 
 - ``durability="sync"`` (what `resume` uses): the save came before the step; no read.
 - ``durability="exit"``: nothing is saved until the run ends, so no wait can help; a
@@ -28,6 +31,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
@@ -103,20 +108,65 @@ _REAL_TIME = SystemClock()
 def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
     """Read the checkpoint back, backing off from 1 ms to 50 ms, for `SAVE_WAIT`
     seconds in all; a failed read counts as not saved yet."""
-    checkpointer, waited, delay = step.checkpointer, 0.0, _FIRST_POLL
+    read, waited, delay = _read(step), 0.0, _FIRST_POLL
     last: Exception | None = None
     while True:
         try:
-            found = yield Call(checkpointer.get_tuple, checkpointer.aget_tuple, (step.config,))
+            found = yield read
         except Exception as exc:
-            found, last = None, exc
-        if found is not None:
+            found, last = False, exc
+        if found:
             return
         if waited >= SAVE_WAIT:
             raise StepNotSavedError(tool, SAVE_WAIT) from last
         yield Sleep(delay)
         waited += delay
         delay = min(delay * 2, _MAX_POLL)
+
+
+_EXISTS_SQL = (
+    "SELECT 1 FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"
+)
+
+
+class _PostgresProbe:
+    """Whether a checkpoint row exists, on the saver's own connection and lock.
+
+    `PostgresSaver.put` writes the channel blobs before the checkpoint row, so the row
+    being visible means the whole checkpoint is. `_cursor` is the savers' own (private)
+    way to their connection; a saver without it is read with ``get_tuple``. The face
+    the saver lacks (a sync read of `AsyncPostgresSaver`, an async one of
+    `PostgresSaver`) falls back to its own ``get_tuple`` / ``aget_tuple``."""
+
+    def __init__(self, step: SavedStep) -> None:
+        conf = step.config["configurable"]
+        self.step = step
+        self.params = (conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"])
+
+    def exists(self) -> bool:
+        saver = self.step.checkpointer
+        if not isinstance(saver, PostgresSaver):
+            return saver.get_tuple(self.step.config) is not None
+        with saver._cursor() as cur:
+            cur.execute(_EXISTS_SQL, self.params)
+            return cur.fetchone() is not None
+
+    async def aexists(self) -> bool:
+        saver = self.step.checkpointer
+        if not isinstance(saver, AsyncPostgresSaver):
+            return await saver.aget_tuple(self.step.config) is not None
+        async with saver._cursor() as cur:
+            await cur.execute(_EXISTS_SQL, self.params)
+            return await cur.fetchone() is not None
+
+
+def _read(step: SavedStep) -> Call:
+    """One read of `step`'s checkpoint: truthy once it is saved."""
+    saver = step.checkpointer
+    if type(saver) in (PostgresSaver, AsyncPostgresSaver) and hasattr(saver, "_cursor"):
+        probe = _PostgresProbe(step)
+        return Call(probe.exists, probe.aexists)
+    return Call(saver.get_tuple, saver.aget_tuple, (step.config,))
 
 
 def _outlives_process(checkpointer: BaseCheckpointSaver[Any]) -> bool:
