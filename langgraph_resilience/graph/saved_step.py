@@ -134,7 +134,7 @@ class _PostgresProbe:
 
     `PostgresSaver.put` writes the channel blobs before the checkpoint row, so the row
     being visible means the whole checkpoint is. `_cursor` is the savers' own (private)
-    way to their connection; a saver without it is read with ``get_tuple``. The face
+    way to their connection, as `stores.threads` uses it for the thread listing. The face
     the saver lacks (a sync read of `AsyncPostgresSaver`, an async one of
     `PostgresSaver`) falls back to its own ``get_tuple`` / ``aget_tuple``."""
 
@@ -163,7 +163,7 @@ class _PostgresProbe:
 def _read(step: SavedStep) -> Call:
     """One read of `step`'s checkpoint: truthy once it is saved."""
     saver = step.checkpointer
-    if type(saver) in (PostgresSaver, AsyncPostgresSaver) and hasattr(saver, "_cursor"):
+    if type(saver) in (PostgresSaver, AsyncPostgresSaver):
         probe = _PostgresProbe(step)
         return Call(probe.exists, probe.aexists)
     return Call(saver.get_tuple, saver.aget_tuple, (step.config,))
