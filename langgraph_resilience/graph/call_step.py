@@ -22,9 +22,10 @@ from pydantic import BaseModel, ValidationError
 
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.graph.step_retry import retried_in_step
+from langgraph_resilience.graph.step_scope import in_step
 from langgraph_resilience.graph.tool_batch import Batch, plan_batch
 from langgraph_resilience.graph.tool_step import finish_step
-from langgraph_resilience.graph.tools import GuardedToolNode, in_step
+from langgraph_resilience.graph.tools import GuardedToolNode
 
 __all__ = ["acall_step", "call_step"]
 

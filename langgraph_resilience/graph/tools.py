@@ -14,8 +14,6 @@ interception is one `core.flow` flow, driven sync by ``_wrap`` and async by
 
 from __future__ import annotations
 
-import contextvars
-import dataclasses
 import functools
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -41,8 +39,6 @@ from langgraph_resilience.core.compensation import (
 from langgraph_resilience.core.effects import (
     IdempotencyStore,
     SagaLog,
-    effect_identity,
-    item_idempotency_key,
 )
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.partial import as_partial_result
@@ -68,6 +64,7 @@ from langgraph_resilience.graph.answers import (
     with_coercions,
 )
 from langgraph_resilience.graph.bulkhead import BulkheadFullError
+from langgraph_resilience.graph.call_effect import ascoped, effect_of, scoped
 from langgraph_resilience.graph.exactly_once import (
     Effect,
     EffectNotDone,
@@ -75,10 +72,8 @@ from langgraph_resilience.graph.exactly_once import (
     Run,
     current_idempotency_key,
     current_item_keys,
-    effect_context,
     exactly_once,
 )
-from langgraph_resilience.graph.in_flight import executing
 from langgraph_resilience.graph.mcp import (
     ToldOnce,
     already_told,
@@ -87,18 +82,17 @@ from langgraph_resilience.graph.mcp import (
     skipped_message,
 )
 from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.saved_step import step_to_save
 from langgraph_resilience.graph.step_retry import retried_in_step
+from langgraph_resilience.graph.step_scope import STEP, StepScope, in_step, keep
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
 from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
 from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
-from langgraph_resilience.stores.effect_ledger import EffectLedger, LedgerResolver
+from langgraph_resilience.stores.effect_ledger import LedgerResolver
 
 __all__ = [
     "DEFAULT_BREAKER",
     "GuardedToolNode",
-    "in_step",
     "OutcomeUnknownError",
     "current_idempotency_key",
     "current_item_keys",
@@ -121,27 +115,6 @@ _NOT_THE_TOOLS = (
 
 _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, EffectNotDone)
 """Refusals raised before the tool ran: they spend no attempt."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _InStep:
-    """What the calls of one tools step share while they run."""
-
-    batch: Batch
-    ledger: EffectLedger | None
-    """The side-effect ledger of this run (None: no tool has side effects)."""
-    gone: set[str] = dataclasses.field(default_factory=set)
-    """Tools that answered STRUCTURAL during this step: its calls that have not
-    started yet skip them (the ledger remembers them for later steps)."""
-    kept: dict[str, tuple[ToolCallRequest, Callable[..., Any]]] | None = None
-    """Where the node keeps ToolNode's request and executor of each call it runs (by
-    call id), so a retry inside the step runs the call again without a new ToolNode
-    run (and its thread pool), as a wrap_tool_call retry does; None: not kept."""
-
-
-_STEP: contextvars.ContextVar[_InStep | None] = contextvars.ContextVar(
-    "langgraph_resilience_step", default=None
-)
 
 
 class GuardedToolNode(ResilienceNode):
@@ -305,21 +278,19 @@ class GuardedToolNode(ResilienceNode):
         """One call: breaker admission, then the tool (through the exactly-once flow for a
         side effect), the output contract, and the outcome reported to the breaker."""
         call = request.tool_call
-        in_step = _STEP.get()
-        if in_step is not None and call["name"] in in_step.gone:
+        step = STEP.get()
+        if step is not None and call["name"] in step.gone:
             return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
         ticket = yield from self.guards.admit(call["name"])
         if isinstance(ticket, float):
-            return self._refused(request, ticket, in_step)
+            return self._refused(request, ticket, step)
         admitted = ticket
         profile = self.profiles.get(call["name"])
         effect = None
         try:
-            if in_step is not None and profile is not None and profile.side_effect:
+            if step is not None and profile is not None and profile.side_effect:
                 grace = self.guards.timeout_for(call["name"]) or 0.0
-                effect = _effect_of(
-                    call, request, in_step, profile, policy=self.policy, grace=grace
-                )
+                effect = effect_of(call, request, step, profile, policy=self.policy, grace=grace)
             if effect is None:
                 result = yield from self._attempt(call, request, run)
             else:
@@ -336,13 +307,13 @@ class GuardedToolNode(ResilienceNode):
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
-            return (yield from self._failed(call, exc, admitted, effect, in_step))
+            return (yield from self._failed(call, exc, admitted, effect, step))
         if admitted is not None:
             yield self.guards.succeeded(admitted)
         return result
 
     def _refused(
-        self, request: ToolCallRequest, retry_after: float, in_step: _InStep | None
+        self, request: ToolCallRequest, retry_after: float, step: StepScope | None
     ) -> Answer:
         """A call its breaker refused. A tool of a down MCP server that the task can do
         without is skipped; the first refusal of a task names the server's tools, the
@@ -352,7 +323,7 @@ class GuardedToolNode(ResilienceNode):
         server = self.guards.servers.get(call["name"])
         profile = self.profiles.get(call["name"])
         rerouted = profile is not None and bool(profile.fallbacks)
-        message = in_step.batch.ai.id if in_step is not None else None
+        message = step.batch.ai.id if step is not None else None
         told = already_told(
             server,
             rerouted=rerouted,
@@ -382,14 +353,14 @@ class GuardedToolNode(ResilienceNode):
         exc: Exception,
         admitted: Admitted | None,
         effect: Effect | None,
-        in_step: _InStep | None,
+        step: StepScope | None,
     ) -> Flow[Answer]:
         """A failed execution, classified once: a STRUCTURAL answer stops the step's calls
         to that tool that have not started; a probe reports at once, any other attempt
         when its call leaves the tool."""
         outcome = self._classify(call, exc).failure_class
-        if outcome is FailureClass.STRUCTURAL and in_step is not None:
-            in_step.gone.add(call["name"])
+        if outcome is FailureClass.STRUCTURAL and step is not None:
+            step.gone.add(call["name"])
         if admitted is None:
             return self._raised(call, exc, effect=effect)
         duration = self.clock.monotonic() - admitted.started
@@ -440,14 +411,14 @@ class GuardedToolNode(ResilienceNode):
     ) -> Answer:
         """Sync interception of one call (ToolNode's ``wrap_tool_call``)."""
         call = request.tool_call
-        _keep(request, execute)
+        keep(request, execute)
 
         def run(req: ToolCallRequest) -> Call:
             return Call(self.guards.timed, None, (call, req, execute, None))
 
         def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
-            scoped = _scoped(execute, call, effect)
-            return lambda req: Call(self.guards.timed, None, (call, req, scoped, effect))
+            run_scoped = scoped(execute, call, effect)
+            return lambda req: Call(self.guards.timed, None, (call, req, run_scoped, effect))
 
         return drive(self._intercept(request, run, effect_run), self.clock)
 
@@ -456,15 +427,15 @@ class GuardedToolNode(ResilienceNode):
     ) -> Answer:
         """Async interception of one call (ToolNode's ``awrap_tool_call``)."""
         call = request.tool_call
-        _keep(request, execute)
+        keep(request, execute)
 
         def run(req: ToolCallRequest) -> Call:
             return Call(self.guards.timed, self.guards.atimed, (call, req, execute, None))
 
         def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
-            scoped = _ascoped(execute, call, effect)
+            run_scoped = ascoped(execute, call, effect)
             return lambda req: Call(
-                self.guards.timed, self.guards.atimed, (call, req, scoped, effect)
+                self.guards.timed, self.guards.atimed, (call, req, run_scoped, effect)
             )
 
         return await adrive(self._intercept(request, run, effect_run), self.clock)
@@ -547,26 +518,6 @@ class GuardedToolNode(ResilienceNode):
         return [answer] if isinstance(answer, Command) else {self.messages_key: [answer]}
 
 
-class in_step:  # noqa: N801 - a context manager, used like a function
-    """Run calls as part of `step`, as the node's own step does (what `call_step` does
-    for a step of one call); put the previous step back after (set, not reset: a
-    BaseException may unwind in another context)."""
-
-    def __init__(
-        self,
-        batch: Batch,
-        ledger: EffectLedger | None,
-        kept: dict[str, tuple[ToolCallRequest, Callable[..., Any]]] | None = None,
-    ) -> None:
-        self.step, self.previous = _InStep(batch, ledger, kept=kept), _STEP.get()
-
-    def __enter__(self) -> None:
-        _STEP.set(self.step)
-
-    def __exit__(self, *exc: object) -> None:
-        _STEP.set(self.previous)
-
-
 def _check_batch_args(profiles: Mapping[str, ToolProfile], tools: Mapping[str, BaseTool]) -> None:
     """A profile's `batch_arg` must name one of its tool's arguments."""
     for name, profile in profiles.items():
@@ -608,13 +559,6 @@ def _broken_contract(
     return None
 
 
-def _keep(request: ToolCallRequest, execute: Callable[..., Any]) -> None:
-    """Keep a call's ToolNode request and executor for a retry inside the step."""
-    step = _STEP.get()
-    if step is not None and step.kept is not None:
-        step.kept[request.tool_call["id"] or ""] = (request, execute)
-
-
 def _messages_of(request: ToolCallRequest, messages_key: str) -> list[Any]:
     """The messages of the state a call runs in (a dict, or a state object)."""
     state = getattr(request, "state", None)
@@ -622,86 +566,3 @@ def _messages_of(request: ToolCallRequest, messages_key: str) -> list[Any]:
         state.get(messages_key) if isinstance(state, dict) else getattr(state, messages_key, None)
     )
     return list(found) if isinstance(found, list) else []
-
-
-def _effect_of(
-    call: ToolCall,
-    request: ToolCallRequest,
-    in_step: _InStep,
-    profile: ToolProfile,
-    *,
-    policy: ResiliencePolicy,
-    grace: float,
-) -> Effect | None:
-    """The idempotency key and claim arguments of a side-effecting call (None when the
-    run has no ledger). The key is bound to the call's slot (its assistant message and
-    position), not to the provider's id, which providers reuse."""
-    if in_step.ledger is None:
-        return None
-    config = getattr(getattr(request, "runtime", None), "config", None) or {}
-    thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
-    call_id, batch, noise = call["id"] or "", in_step.batch, policy.noise_fields
-    args = call["args"]
-    slot = batch.slots.get(call_id, call_id)
-    key, fingerprint, args_json = effect_identity(
-        call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
-    )
-    return Effect(
-        in_step.ledger,
-        key,
-        thread_id,
-        args_json,
-        profile,
-        dict(args),
-        fingerprint,
-        may_execute=call_id not in batch.spent,
-        approved=call_id in batch.approved,
-        told_before=batch.told_before(),
-        told_now=batch.told_now(),
-        grace=grace,
-        saved_step=step_to_save(config, call["name"]),
-    )
-
-
-def _item_keys(call: ToolCall, effect: Effect) -> tuple[str, ...] | None:
-    """Per-item keys of a side-effecting batch call: the first run's, on a redo."""
-    in_step = _STEP.get()
-    if effect.profile.batch_arg is None or in_step is None:
-        return None
-    kept = in_step.batch.item_keys.get(call["id"] or "")
-    if kept is not None:
-        return tuple(kept)
-    items = call["args"].get(effect.profile.batch_arg)
-    count = len(items) if isinstance(items, list) else 0
-    return tuple(item_idempotency_key(effect.key, index) for index in range(count))
-
-
-def _scoped(execute: Callable[..., Any], call: ToolCall, effect: Effect) -> Callable[..., Any]:
-    """`execute` with the effect's keys in context (`current_idempotency_key`)."""
-    items = _item_keys(call, effect)
-
-    def scoped(request: ToolCallRequest) -> Any:
-        with effect_context(effect.key, items), executing(effect.key):
-            return _note_item_keys(execute(request), items)
-
-    return scoped
-
-
-def _ascoped(
-    execute: Callable[..., Awaitable[Any]], call: ToolCall, effect: Effect
-) -> Callable[..., Awaitable[Any]]:
-    """Async `_scoped`."""
-    items = _item_keys(call, effect)
-
-    async def scoped(request: ToolCallRequest) -> Any:
-        with effect_context(effect.key, items), executing(effect.key):
-            return _note_item_keys(await execute(request), items)
-
-    return scoped
-
-
-def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> Any:
-    """Hand a batch call's item keys to the step (which pops them) for a redo."""
-    if item_keys is not None and isinstance(result, ToolMessage):
-        result.response_metadata["resilience_item_keys"] = list(item_keys)
-    return result
