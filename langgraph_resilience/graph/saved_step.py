@@ -6,11 +6,11 @@ that write and the process dies, the resumed thread asks the model again; the mo
 never saw the call and may plan it anew (other arguments, so its fingerprint does not
 match): the effect runs twice, or runs without a trace in the thread. So a
 side-effecting call that is about to run for the first time first waits until the
-checkpoint its step runs from can be read back (a short, bounded poll of the
-checkpointer; that save started before the tools step, so one or two reads). On
-LangGraph's Postgres savers a read is one indexed ``SELECT 1`` on the checkpoint's key
-(`_PostgresProbe`), not ``get_tuple``, which loads and deserializes every channel and
-so costs more the longer the thread.
+checkpoint its step runs from is saved: it wakes as soon as this process's save of it
+returns (`seen_saves`), and, for a save made elsewhere or not seen, reads the
+checkpointer back on a short, bounded backoff. On LangGraph's Postgres savers a read is
+one indexed ``SELECT 1`` on the checkpoint's key (`_PostgresProbe`), not ``get_tuple``,
+which loads and deserializes every channel and so costs more the longer the thread.
 
 - ``durability="sync"`` (what `resume` uses): the save came before the step; no read.
 - ``durability="exit"``: nothing is saved until the run ends, so no wait can help; a
@@ -35,8 +35,9 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.core.clock import SystemClock
-from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import ConfigurationError, StepNotSavedError
+from langgraph_resilience.graph.seen_saves import SaveKey, key_of, seen, watch
 
 __all__ = ["SAVE_WAIT", "SavedStep", "await_saved", "step_to_save", "wait_saved"]
 
@@ -56,6 +57,12 @@ class SavedStep:
 
     checkpointer: BaseCheckpointSaver[Any]
     config: RunnableConfig
+
+    @property
+    def key(self) -> SaveKey:
+        """The checkpoint's key among the saves this process has seen."""
+        conf = self.config["configurable"]
+        return key_of(conf, conf["checkpoint_id"])
 
 
 def step_to_save(config: Mapping[str, Any], tool: str) -> SavedStep | None:
@@ -106,21 +113,25 @@ _REAL_TIME = SystemClock()
 
 
 def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
-    """Read the checkpoint back, backing off from 1 ms to 50 ms, for `SAVE_WAIT`
-    seconds in all; a failed read counts as not saved yet."""
-    read, waited, delay = _read(step), 0.0, _FIRST_POLL
+    """Wait for this process's save of the checkpoint; after each wait (1 ms, doubling
+    to 50 ms) in which no save of it ran here, read it back, as it may have been saved
+    elsewhere; for `SAVE_WAIT` seconds in all. A failed read counts as not saved yet."""
+    watch(step.checkpointer)
+    record, read, waited, delay = seen(step.key), _read(step), 0.0, _FIRST_POLL
     last: Exception | None = None
     while True:
-        try:
-            found = yield read
-        except Exception as exc:
-            found, last = False, exc
-        if found:
+        if (yield Call(record.wait, record.await_, (delay,))):
             return
+        waited += delay
+        if not record.saving:  # while this process saves it, a read cannot find it sooner
+            try:
+                found = yield read
+            except Exception as exc:
+                found, last = False, exc
+            if found:
+                return
         if waited >= SAVE_WAIT:
             raise StepNotSavedError(tool, SAVE_WAIT) from last
-        yield Sleep(delay)
-        waited += delay
         delay = min(delay * 2, _MAX_POLL)
 
 

@@ -34,11 +34,11 @@ Durability (the ``durability=`` argument of ``invoke`` / ``stream`` / ``ainvoke`
   ledger turns them into recorded outcomes or reconciliations.
 - ``durability="async"`` (LangGraph's default): the checkpoint of step n is
   written while step n+1 runs. A side-effecting call therefore waits, before its
-  first run, until the checkpoint of the step that asked for it can be read back
-  (`~langgraph_resilience.graph.saved_step`; usually one read, as that save started
-  first), so a crash during the tools step replays the *same* calls, as under
-  ``"sync"``; a save that does not come stops the run (`StepNotSavedError`, nothing
-  ran). Read-only tools do not wait.
+  first run, until the checkpoint of the step that asked for it is saved
+  (`~langgraph_resilience.graph.saved_step`: it wakes when this process's save
+  returns, or reads the checkpoint back), so a crash during the tools step replays
+  the *same* calls, as under ``"sync"``; a save that does not come stops the run
+  (`StepNotSavedError`, nothing ran). Read-only tools do not wait.
 - ``durability="exit"``: written only when the run ends or interrupts. A crash
   loses the whole run: every LLM call and tool runs again and the model may plan
   an effect anew, so a side-effecting call under it is refused with a

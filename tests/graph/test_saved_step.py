@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -16,7 +17,12 @@ from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
-from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.base import (
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    empty_checkpoint,
+)
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_resilience import (
@@ -26,8 +32,8 @@ from langgraph_resilience import (
     StepNotSavedError,
     ToolProfile,
 )
-from langgraph_resilience.graph import saved_step
-from langgraph_resilience.graph.saved_step import step_to_save
+from langgraph_resilience.graph import saved_step, seen_saves
+from langgraph_resilience.graph.saved_step import SavedStep, step_to_save
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 from tests.conftest import build_graph
@@ -36,12 +42,15 @@ from tests.conftest import build_graph
 class DiskSaver(InMemorySaver):
     """A checkpointer that stands for one outliving the process (a subclass is not the
     plain in-process `InMemorySaver`), whose save of the model's step (step 1) can be
-    held until the effect's wait has read it back once, or dropped."""
+    held until the effect's wait has begun (`hold`), or until the test releases it
+    (`late`); `waits` lists the tools whose wait it served."""
 
-    def __init__(self, *, hold: bool = False, drop: bool = False) -> None:
+    def __init__(self, *, hold: bool = False, late: bool = False) -> None:
         super().__init__()
-        self.hold, self.drop = hold, drop
-        self.read_missing = threading.Event()
+        self.hold, self.late = hold, late
+        self.wait_began = threading.Event()
+        self.waits: list[str] = []
+        self.released = threading.Event()
         self.order: list[str] = []
         self.step_reads = 0
 
@@ -53,12 +62,10 @@ class DiskSaver(InMemorySaver):
         new_versions: Any,
     ) -> RunnableConfig:
         if metadata.get("step") == 1:
-            if self.drop:
-                return {
-                    "configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}
-                }
+            if self.late:
+                self.released.wait(10)
             if self.hold:
-                self.read_missing.wait(10)
+                self.wait_began.wait(10)
             saved = super().put(config, checkpoint, metadata, new_versions)
             self.order.append("saved")
             return saved
@@ -71,20 +78,34 @@ class DiskSaver(InMemorySaver):
         metadata: CheckpointMetadata,
         new_versions: Any,
     ) -> RunnableConfig:
-        if metadata.get("step") == 1 and self.hold and not self.drop:
-            await asyncio.to_thread(self.read_missing.wait, 10)
+        if metadata.get("step") == 1 and self.hold:
+            await asyncio.to_thread(self.wait_began.wait, 10)
+        if metadata.get("step") == 1 and self.late:
+            await asyncio.to_thread(self.released.wait, 10)
         return self.put(config, checkpoint, metadata, new_versions)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         found = super().get_tuple(config)
         if config["configurable"].get("checkpoint_id"):
             self.step_reads += 1
-            if found is None:
-                self.read_missing.set()
         return found
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return self.get_tuple(config)
+
+
+@pytest.fixture(autouse=True)
+def _told_of_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each effect's wait tells its `DiskSaver` it has begun."""
+    until_saved = saved_step._until_saved
+
+    def told(step: Any, tool: str) -> Any:
+        if isinstance(step.checkpointer, DiskSaver):
+            step.checkpointer.waits.append(tool)
+            step.checkpointer.wait_began.set()
+        return until_saved(step, tool)
+
+    monkeypatch.setattr(saved_step, "_until_saved", told)
 
 
 def _run(app: Any, inp: Any, config: Any, mode: str, **kwargs: Any) -> Any:
@@ -115,9 +136,9 @@ def _payments_graph(
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str) -> None:
-    """The save of the model's step is held until the effect's wait has found it
-    missing once: the payment comes after the save, never before (without the wait it
-    would run first, and the held save would time out after 10 s)."""
+    """The save of the model's step is held until the effect's wait has begun: the
+    payment comes after the save, never before (without the wait it would run first,
+    and the held save would time out after 10 s)."""
     saver, payments = DiskSaver(hold=True), []
     app = _payments_graph(saver, payments, saver.order)
 
@@ -129,17 +150,18 @@ def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_durability_sync_reads_nothing_back(mode: str) -> None:
-    """Under durability='sync' the save came before the step: no read per effect."""
+def test_durability_sync_waits_for_nothing(mode: str) -> None:
+    """Under durability='sync' the save came before the step: no wait, no read; under
+    'async' the effect waits for its step."""
     saver, payments = DiskSaver(), []
     app = _payments_graph(saver, payments, turns=2)
     config = {"configurable": {"thread_id": "t"}}
 
     _run(app, {"messages": [("user", "pay")]}, config, mode, durability="sync")
-    assert (saver.step_reads, payments) == (0, ["5"])
+    assert (saver.waits, saver.step_reads, payments) == ([], 0, ["5"])
 
     _run(app, {"messages": [("user", "again")]}, config, mode, durability="async")
-    assert saver.step_reads >= 1
+    assert saver.waits == ["pay"]
     assert payments == ["5", "6"]
 
 
@@ -147,11 +169,20 @@ def test_durability_sync_reads_nothing_back(mode: str) -> None:
 def test_a_save_that_never_comes_stops_the_run_and_releases_the_claim(
     mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The model's step is never saved: the run stops with StepNotSavedError, nothing
-    paid; once the database saves again, resuming pays once (the claim was released,
-    so the call is not an effect of unknown outcome)."""
+    """The model's step is not saved in time: the run stops with StepNotSavedError,
+    nothing paid; once the late save has landed, resuming pays once (the claim was
+    released, so the call is not an effect of unknown outcome)."""
     monkeypatch.setattr(saved_step, "SAVE_WAIT", 0.02)
-    saver, payments = DiskSaver(drop=True), []
+    saver, payments = DiskSaver(late=True), []
+    until_saved = saved_step._until_saved
+
+    def gives_up(step: Any, tool: str) -> Any:
+        try:
+            return (yield from until_saved(step, tool))
+        finally:
+            saver.released.set()  # the save lands only once the wait has given up
+
+    monkeypatch.setattr(saved_step, "_until_saved", gives_up)
     app = _payments_graph(saver, payments)
     config = {"configurable": {"thread_id": "t"}}
 
@@ -159,7 +190,6 @@ def test_a_save_that_never_comes_stops_the_run_and_releases_the_claim(
         _run(app, {"messages": [("user", "pay")]}, config, mode)
     assert payments == []
 
-    saver.drop = False
     out = _run(app, None, config, mode, durability="sync")
     assert payments == ["5"]
     [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
@@ -209,7 +239,7 @@ def test_the_middleware_waits_and_refuses_alike() -> None:
     app = agent(held)
     app.invoke({"messages": [HumanMessage("refund A1")]}, {"configurable": {"thread_id": "t"}})
     assert refunds == ["A1"]
-    assert held.step_reads >= 1
+    assert held.waits == ["refund"]
     assert held_order[0] == "saved"
 
     config = {"configurable": {"thread_id": uuid.uuid4().hex}}
@@ -241,3 +271,62 @@ def test_the_checkpoint_waited_for_is_the_one_of_the_tools_graph() -> None:
     plain = {**conf, "__pregel_checkpointer": InMemorySaver(), "__pregel_durability": "exit"}
     assert step_to_save({"configurable": plain}, "pay") is None
     assert step_to_save({"configurable": {**conf, "__pregel_checkpointer": None}}, "pay") is None
+
+
+def _checkpoint_of(thread: str) -> tuple[RunnableConfig, Any, SavedStep]:
+    config: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    checkpoint = empty_checkpoint()
+    at: RunnableConfig = {
+        "configurable": {**config["configurable"], "checkpoint_id": checkpoint["id"]}
+    }
+    return config, checkpoint, at
+
+
+def test_a_save_this_process_did_not_see_is_found_by_reading() -> None:
+    """Saved before the saver was watched (as by another worker): the wait reads it."""
+    saver = DiskSaver()
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+
+    saved_step.wait_saved(SavedStep(saver, at), "pay")
+
+    assert saver.step_reads >= 1
+
+
+def test_no_read_while_this_process_saves_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the watched save runs here, the wait reads nothing: it wakes on the save,
+    which is let through only after the wait has timed out three times."""
+    monkeypatch.setattr(saved_step, "_FIRST_POLL", 1e-4)
+    timeouts = threading.Semaphore(0)
+    wait = seen_saves.Seen.wait
+
+    def counted(self: seen_saves.Seen, timeout: float) -> bool:
+        woke = wait(self, timeout)
+        if not woke:
+            timeouts.release()
+        return woke
+
+    monkeypatch.setattr(seen_saves.Seen, "wait", counted)
+    saver = DiskSaver(late=True)
+    seen_saves.watch(saver)
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    saving = threading.Thread(
+        target=saver.put, args=(config, checkpoint, {"source": "loop", "step": 1}, {})
+    )
+    saving.start()
+    while not seen_saves.seen(seen_saves.key_of(at["configurable"], checkpoint["id"])).saving:
+        time.sleep(0)  # the save has begun
+
+    def release() -> None:
+        for _ in range(3):
+            timeouts.acquire()
+        saver.released.set()
+
+    releaser = threading.Thread(target=release)
+    releaser.start()
+    saved_step.wait_saved(SavedStep(saver, at), "pay")
+    saving.join(10)
+    releaser.join(10)
+
+    assert saver.released.is_set()
+    assert saver.step_reads == 0
