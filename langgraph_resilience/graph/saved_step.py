@@ -37,7 +37,14 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import ConfigurationError, StepNotSavedError
-from langgraph_resilience.graph.seen_saves import SaveKey, key_of, seen, watch
+from langgraph_resilience.graph.seen_saves import (
+    SaveKey,
+    created_ticks,
+    key_of,
+    now_ticks,
+    seen,
+    watch,
+)
 
 __all__ = ["SAVE_WAIT", "SavedStep", "await_saved", "step_to_save", "wait_saved"]
 
@@ -113,17 +120,21 @@ _REAL_TIME = SystemClock()
 
 
 def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
-    """Wait for this process's save of the checkpoint; after each wait (1 ms, doubling
-    to 50 ms) in which no save of it ran here, read it back, as it may have been saved
-    elsewhere; for `SAVE_WAIT` seconds in all. A failed read counts as not saved yet."""
-    watch(step.checkpointer)
-    record, read, waited, delay = seen(step.key), _read(step), 0.0, _FIRST_POLL
+    """Wait for this process's save of the checkpoint, for `SAVE_WAIT` seconds in all.
+
+    After each wait (1 ms, doubling to 50 ms) in which no save of it ran here, read it
+    back, as it may have been saved elsewhere; when its save is sure to be noted here
+    (`_noted_here`) every wait is 50 ms, and its read a backstop. A failed read counts
+    as not saved yet."""
+    noted_here = _noted_here(step, watch(step.checkpointer))
+    record, read, waited = seen(step.key), _read(step), 0.0
+    delay = _MAX_POLL if noted_here else _FIRST_POLL  # woken by the save, not the timer
     last: Exception | None = None
     while True:
         if (yield Call(record.wait, record.await_, (delay,))):
             return
         waited += delay
-        if not record.saving:  # while this process saves it, a read cannot find it sooner
+        if not record.saving:
             try:
                 found = yield read
             except Exception as exc:
@@ -133,6 +144,21 @@ def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
         if waited >= SAVE_WAIT:
             raise StepNotSavedError(tool, SAVE_WAIT) from last
         delay = min(delay * 2, _MAX_POLL)
+
+
+def _noted_here(step: SavedStep, watched_since: int | None) -> bool:
+    """Whether this process will note the checkpoint's save: LangGraph made it after
+    the saver was watched, and less than `SAVE_WAIT` ago. A checkpoint this run's loop
+    made is saved by this process, through the watched ``put``; one it loaded (a
+    resumed or re-queued run) was saved already, and is older, or found by the
+    backstop read (made by another worker in the last seconds)."""
+    created = created_ticks(step.config["configurable"]["checkpoint_id"])
+    if watched_since is None or created is None or created <= watched_since:
+        return False
+    return now_ticks() - created < SAVE_WAIT * _TICKS_PER_SECOND
+
+
+_TICKS_PER_SECOND = 10_000_000
 
 
 _EXISTS_SQL = (

@@ -19,14 +19,16 @@ import asyncio
 import contextlib
 import functools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
+from langgraph.checkpoint.base.id import UUID
 
-__all__ = ["KEEP", "SaveKey", "Seen", "key_of", "seen", "watch"]
+__all__ = ["KEEP", "SaveKey", "Seen", "created_ticks", "key_of", "now_ticks", "seen", "watch"]
 
 KEEP = 4096
 """Keys of finished saves (and of waits not yet answered) kept by this process."""
@@ -134,14 +136,17 @@ def _trim() -> None:
         _SEEN.popitem(last=False)  # a waiter still holds its own record
 
 
-def watch(saver: BaseCheckpointSaver[Any]) -> None:
-    """Note every save `saver` makes from now on (once per saver; a saver whose methods
-    cannot be replaced is left as it is, and its saves are found by reading)."""
-    if getattr(saver, _WATCHED, False):
-        return
+def watch(saver: BaseCheckpointSaver[Any]) -> int | None:
+    """Note every save `saver` makes from now on; the time since which it has (in
+    checkpoint-id ticks, `now_ticks`), or None for a saver whose methods cannot be
+    replaced: it is left as it is, and its saves are found by reading."""
+    since: int | None = getattr(saver, _WATCHED, None)
+    if since is not None:
+        return since
     with _LOCK:
-        if getattr(saver, _WATCHED, False):
-            return
+        already: int | None = getattr(saver, _WATCHED, None)
+        if already is not None:
+            return already
         put, aput = saver.put, saver.aput
 
         @functools.wraps(put)
@@ -170,10 +175,30 @@ def watch(saver: BaseCheckpointSaver[Any]) -> None:
             saver.put = noted_put  # type: ignore[method-assign]
             saver.aput = noted_aput  # type: ignore[method-assign]
             saver.__getstate__ = getstate  # type: ignore[method-assign]
-            setattr(saver, _WATCHED, True)
+            since = now_ticks()
+            setattr(saver, _WATCHED, since)
         except (AttributeError, TypeError):  # slots, or frozen: its saves are read instead
             for name in _OURS:
                 getattr(saver, "__dict__", {}).pop(name, None)
+            return None
+        return since
+
+
+def now_ticks() -> int:
+    """Now, in the unit of a checkpoint id's time (100 ns since 1582, as `uuid6`)."""
+    return time.time_ns() // 100 + _UUID_EPOCH
+
+
+def created_ticks(checkpoint_id: str) -> int | None:
+    """When LangGraph made checkpoint `checkpoint_id` (its ids are `uuid6`), or None."""
+    try:
+        created = UUID(checkpoint_id)
+    except ValueError:
+        return None
+    return created.time if created.version == 6 else None
+
+
+_UUID_EPOCH = 0x01B21DD213814000
 
 
 _OURS = ("put", "aput", "__getstate__", _WATCHED)

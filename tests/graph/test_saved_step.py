@@ -330,3 +330,34 @@ def test_no_read_while_this_process_saves_it(monkeypatch: pytest.MonkeyPatch) ->
 
     assert saver.released.is_set()
     assert saver.step_reads == 0
+
+
+def test_a_fresh_checkpoint_saved_elsewhere_is_found_by_the_backstop_read() -> None:
+    """Made after the watch, its save was expected here; saved behind the watch's back
+    (as by another worker), it is still found: by one backstop read, not a poll."""
+    saver = DiskSaver()
+    seen_saves.watch(saver)
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    InMemorySaver.put(saver, config, checkpoint, {"source": "loop", "step": 1}, {})
+
+    saved_step.wait_saved(SavedStep(saver, at), "pay")
+
+    assert saver.step_reads == 1
+
+
+def test_which_saves_are_waited_for_without_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a checkpoint LangGraph made after the saver was watched, and recently."""
+    saver = DiskSaver()
+    _, _, before = _checkpoint_of("t")
+    since = seen_saves.watch(saver)
+    _, checkpoint, after = _checkpoint_of("t")
+
+    assert saved_step._noted_here(SavedStep(saver, after), since) is True
+    assert saved_step._noted_here(SavedStep(saver, before), since) is False
+    assert saved_step._noted_here(SavedStep(saver, after), None) is False
+    made = seen_saves.created_ticks(checkpoint["id"])
+    assert made is not None
+    monkeypatch.setattr(saved_step, "now_ticks", lambda: made + 11 * 10_000_000)
+    assert saved_step._noted_here(SavedStep(saver, after), since) is False  # 11 s old
+    not_uuid6 = {"configurable": {**after["configurable"], "checkpoint_id": "custom-id"}}
+    assert saved_step._noted_here(SavedStep(saver, not_uuid6), since) is False
