@@ -361,3 +361,67 @@ def test_which_saves_are_waited_for_without_reading(monkeypatch: pytest.MonkeyPa
     assert saved_step._noted_here(SavedStep(saver, after), since) is False  # 11 s old
     not_uuid6 = {"configurable": {**after["configurable"], "checkpoint_id": "custom-id"}}
     assert saved_step._noted_here(SavedStep(saver, not_uuid6), since) is False
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_in_a_real_run_the_wait_is_woken_by_the_loop_s_own_save(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangGraph's loop saves through the watched saver under the key the wait expects:
+    on the second turn (the saver watched since the first) no read is made. The backstop
+    read is pushed past `SAVE_WAIT`, so a wait the save did not wake would read once and
+    fail this test, not just be slower."""
+    monkeypatch.setattr(saved_step, "_MAX_POLL", 60.0)
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
+    saver, payments = DiskSaver(), []
+    app = _payments_graph(saver, payments, turns=2)
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    _run(app, {"messages": [("user", "pay")]}, config, mode)
+    reads = saver.step_reads
+
+    _run(app, {"messages": [("user", "again")]}, config, mode)
+
+    assert saver.waits == ["pay", "pay"]
+    assert saver.step_reads == reads
+    assert payments == ["5", "6"]
+
+
+def test_under_create_agent_the_wait_is_woken_by_the_loop_s_own_save(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same under create_agent + ResilienceMiddleware (each call its own task)."""
+    monkeypatch.setattr(saved_step, "_MAX_POLL", 60.0)
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
+    refunds: list[str] = []
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    model = ScriptedChatModel(
+        responses=[
+            tool_calls(("refund", {"order_id": "A1"})),
+            text("done"),
+            tool_calls(("refund", {"order_id": "B2"})),
+            text("done"),
+        ]
+    )
+    middleware = ResilienceMiddleware(
+        clock=FakeClock(),
+        profiles={"refund": ToolProfile(side_effect=True)},
+        idempotency=InMemoryIdempotencyStore(),
+        saga=InMemorySagaLog(),
+    )
+    saver = DiskSaver()
+    app = create_agent(model, [refund], middleware=[middleware], checkpointer=saver)
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    app.invoke({"messages": [HumanMessage("refund A1")]}, config)
+    reads = saver.step_reads
+
+    app.invoke({"messages": [HumanMessage("refund B2")]}, config)
+
+    assert saver.waits == ["refund", "refund"]
+    assert saver.step_reads == reads
+    assert refunds == ["A1", "B2"]

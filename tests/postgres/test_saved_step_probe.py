@@ -1,20 +1,29 @@
-"""The save wait's read on LangGraph's Postgres savers, on the real server: one
+"""The save wait on LangGraph's Postgres savers, on the real server: its read is one
 ``SELECT 1`` on the checkpoint's key (not ``get_tuple``, which loads every channel),
-false until that checkpoint is put, true after."""
+false until that checkpoint is put, true after; in a real run the wait is woken by the
+loop's own save, with no read at all."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from typing import Any
 
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
 from langgraph.checkpoint.base import Checkpoint, empty_checkpoint
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
+from langgraph_resilience import InMemoryIdempotencyStore, ToolProfile
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.graph import saved_step
 from langgraph_resilience.graph.saved_step import SavedStep, _PostgresProbe, _read
+from langgraph_resilience.stores.saga import InMemorySagaLog
+from langgraph_resilience.testing import text, tool_calls
+from tests.conftest import build_graph
 
 pytestmark = pytest.mark.postgres
 
@@ -56,3 +65,78 @@ async def test_the_async_saver_is_probed_by_key(pg_dsn: str) -> None:
         assert await adrive(_once(read), SystemClock()) is False
         await saver.aput(thread, checkpoint, {"source": "loop", "step": 1}, {})
         assert await adrive(_once(read), SystemClock()) is True
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_on_the_postgres_savers_the_wait_is_woken_by_the_save(
+    pg_dsn: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real run on PostgresSaver / AsyncPostgresSaver: from the second turn on, the
+    wait is woken by the loop's own save and probes nothing (the backstop is pushed
+    past the test, so a wait the save did not wake would probe and fail it)."""
+    monkeypatch.setattr(saved_step, "_MAX_POLL", 60.0)
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
+    probes: list[str] = []
+    exists, aexists = _PostgresProbe.exists, _PostgresProbe.aexists
+
+    def counted(self: _PostgresProbe) -> bool:
+        probes.append("sync")
+        return exists(self)
+
+    async def acounted(self: _PostgresProbe) -> bool:
+        probes.append("async")
+        return await aexists(self)
+
+    monkeypatch.setattr(_PostgresProbe, "exists", counted)
+    monkeypatch.setattr(_PostgresProbe, "aexists", acounted)
+    waits: list[str] = []
+    until_saved = saved_step._until_saved
+
+    def waited(step: SavedStep, tool: str) -> Flow[None]:
+        waits.append(tool)
+        return until_saved(step, tool)
+
+    monkeypatch.setattr(saved_step, "_until_saved", waited)
+    payments: list[int] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        payments.append(amount)
+        return f"paid {amount}"
+
+    def app(saver: Any) -> Any:
+        return build_graph(
+            [pay],
+            [r for n in range(3) for r in (tool_calls(("pay", {"amount": n})), text("done"))],
+            profiles={"pay": ToolProfile(side_effect=True)},
+            checkpointer=saver,
+            options={"idempotency": InMemoryIdempotencyStore(), "saga": InMemorySagaLog()},
+        ).app
+
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    if mode == "sync":
+        with PostgresSaver.from_conn_string(pg_dsn) as saver:
+            saver.setup()
+            graph = app(saver)
+            graph.invoke({"messages": [("user", "pay")]}, config)
+            before = len(probes)
+            for _ in range(2):
+                graph.invoke({"messages": [("user", "again")]}, config)
+    else:
+
+        async def run() -> int:
+            async with AsyncPostgresSaver.from_conn_string(pg_dsn) as saver:
+                await saver.setup()
+                graph = app(saver)
+                await graph.ainvoke({"messages": [("user", "pay")]}, config)
+                seen = len(probes)
+                for _ in range(2):
+                    await graph.ainvoke({"messages": [("user", "again")]}, config)
+                return seen
+
+        before = asyncio.run(run())
+
+    assert payments == [0, 1, 2]
+    assert waits == ["pay"] * 3
+    assert len(probes) == before
