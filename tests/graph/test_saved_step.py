@@ -212,9 +212,8 @@ def test_durability_exit_is_refused_before_anything_runs(mode: str) -> None:
     assert payments == ["5"]
 
 
-def test_the_middleware_waits_and_refuses_alike() -> None:
-    """create_agent + ResilienceMiddleware: the same wait, the same refusal."""
-    refunds: list[str] = []
+def _refund_agent(saver: DiskSaver, refunds: list[str], *order_ids: str) -> Any:
+    """create_agent + ResilienceMiddleware refunding `order_ids`, one turn each."""
 
     @tool
     def refund(order_id: str) -> str:
@@ -222,21 +221,29 @@ def test_the_middleware_waits_and_refuses_alike() -> None:
         refunds.append(order_id)
         return f"refunded {order_id}"
 
-    def agent(saver: DiskSaver) -> Any:
-        model = ScriptedChatModel(
-            responses=[tool_calls(("refund", {"order_id": "A1"})), text("done")]
-        )
-        middleware = ResilienceMiddleware(
-            clock=FakeClock(),
-            profiles={"refund": ToolProfile(side_effect=True)},
-            idempotency=InMemoryIdempotencyStore(),
-            saga=InMemorySagaLog(),
-        )
-        return create_agent(model, [refund], middleware=[middleware], checkpointer=saver)
+    turns = [
+        r
+        for order in order_ids
+        for r in (tool_calls(("refund", {"order_id": order})), text("done"))
+    ]
+    middleware = ResilienceMiddleware(
+        clock=FakeClock(),
+        profiles={"refund": ToolProfile(side_effect=True)},
+        idempotency=InMemoryIdempotencyStore(),
+        saga=InMemorySagaLog(),
+    )
+    return create_agent(
+        ScriptedChatModel(responses=turns), [refund], middleware=[middleware], checkpointer=saver
+    )
+
+
+def test_the_middleware_waits_and_refuses_alike() -> None:
+    """create_agent + ResilienceMiddleware: the same wait, the same refusal."""
+    refunds: list[str] = []
 
     held = DiskSaver(hold=True)
     held_order = held.order
-    app = agent(held)
+    app = _refund_agent(held, refunds, "A1")
     app.invoke({"messages": [HumanMessage("refund A1")]}, {"configurable": {"thread_id": "t"}})
     assert refunds == ["A1"]
     assert held.waits == ["refund"]
@@ -244,7 +251,7 @@ def test_the_middleware_waits_and_refuses_alike() -> None:
 
     config = {"configurable": {"thread_id": uuid.uuid4().hex}}
     with pytest.raises(ConfigurationError, match="durability='exit'"):
-        agent(DiskSaver()).invoke(
+        _refund_agent(DiskSaver(), refunds, "A1").invoke(
             {"messages": [HumanMessage("refund A1")]}, config, durability="exit"
         )
     assert refunds == ["A1"]
@@ -393,29 +400,8 @@ def test_under_create_agent_the_wait_is_woken_by_the_loop_s_own_save(
     monkeypatch.setattr(saved_step, "_MAX_POLL", 60.0)
     monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
     refunds: list[str] = []
-
-    @tool
-    def refund(order_id: str) -> str:
-        """Refund an order."""
-        refunds.append(order_id)
-        return f"refunded {order_id}"
-
-    model = ScriptedChatModel(
-        responses=[
-            tool_calls(("refund", {"order_id": "A1"})),
-            text("done"),
-            tool_calls(("refund", {"order_id": "B2"})),
-            text("done"),
-        ]
-    )
-    middleware = ResilienceMiddleware(
-        clock=FakeClock(),
-        profiles={"refund": ToolProfile(side_effect=True)},
-        idempotency=InMemoryIdempotencyStore(),
-        saga=InMemorySagaLog(),
-    )
     saver = DiskSaver()
-    app = create_agent(model, [refund], middleware=[middleware], checkpointer=saver)
+    app = _refund_agent(saver, refunds, "A1", "B2")
     config = {"configurable": {"thread_id": uuid.uuid4().hex}}
     app.invoke({"messages": [HumanMessage("refund A1")]}, config)
     reads = saver.step_reads

@@ -52,7 +52,8 @@ def test_a_sync_waiter_wakes_when_the_watched_save_returns() -> None:
     assert seen(_key(config, checkpoint)).wait(0) is True  # a later call: no wait
 
 
-async def test_an_async_waiter_wakes_when_the_watched_save_returns() -> None:
+@pytest.mark.parametrize("where", ["on the loop", "in another thread"])
+async def test_an_async_waiter_wakes_when_the_watched_save_returns(where: str) -> None:
     saver = InMemorySaver()
     watch(saver)
     config, checkpoint = _save()
@@ -61,21 +62,11 @@ async def test_an_async_waiter_wakes_when_the_watched_save_returns() -> None:
     await asyncio.sleep(0)  # yield once: the waiter registers before the save
     assert record._futures
 
-    await saver.aput(config, checkpoint, {"source": "loop", "step": 1}, {})
-
-    assert await waiter is True
-
-
-async def test_an_async_waiter_wakes_on_a_save_made_in_another_thread() -> None:
-    saver = InMemorySaver()
-    watch(saver)
-    config, checkpoint = _save()
-    record = seen(_key(config, checkpoint))
-    waiter = asyncio.ensure_future(record.await_(LONG))
-    await asyncio.sleep(0)
-    assert record._futures
-
-    await asyncio.to_thread(saver.put, config, checkpoint, {"source": "loop", "step": 1}, {})
+    metadata: Any = {"source": "loop", "step": 1}
+    if where == "on the loop":
+        await saver.aput(config, checkpoint, metadata, {})
+    else:
+        await asyncio.to_thread(saver.put, config, checkpoint, metadata, {})
 
     assert await waiter is True
 
