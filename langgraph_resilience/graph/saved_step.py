@@ -52,6 +52,9 @@ SAVE_WAIT = 10.0
 """Seconds a side effect waits for its step's checkpoint before the run stops."""
 
 _FIRST_POLL, _MAX_POLL = 0.001, 0.05
+_BACKSTOP = 1.0
+"""The first wait (doubling) before a backstop read of a checkpoint whose save, or
+load, this process will note (`_noted_here`)."""
 
 # LangGraph's own keys in a task's ``configurable`` (langgraph._internal._constants).
 _CHECKPOINTER, _DURABILITY = "__pregel_checkpointer", "__pregel_durability"
@@ -123,12 +126,15 @@ def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
     """Wait for this process's save of the checkpoint, for `SAVE_WAIT` seconds in all.
 
     After each wait (1 ms, doubling to 50 ms) in which no save of it ran here, read it
-    back, as it may have been saved elsewhere; when its save is sure to be noted here
-    (`_noted_here`) every wait is 50 ms, and its read a backstop. A failed read counts
-    as not saved yet."""
+    back, as it may have been saved elsewhere. When its save (or its load, for a run
+    that resumed from it) is sure to be noted here (`_noted_here`), the note wakes the
+    wait, and a read is only a backstop: after 1 s, then doubling. Under load a save
+    queues behind others for hundreds of milliseconds, and a read every 50 ms cost the
+    CPU the saves need. A failed read counts as not saved yet."""
     noted_here = _noted_here(step, watch(step.checkpointer))
     record, read, waited = seen(step.key), _read(step), 0.0
-    delay = _MAX_POLL if noted_here else _FIRST_POLL  # woken by the save, not the timer
+    delay = min(_BACKSTOP if noted_here else _FIRST_POLL, SAVE_WAIT)  # woken by the save
+    ceiling = SAVE_WAIT if noted_here else _MAX_POLL
     last: Exception | None = None
     while True:
         if (yield Call(record.wait, record.await_, (delay,))):
@@ -143,15 +149,15 @@ def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
                 return
         if waited >= SAVE_WAIT:
             raise StepNotSavedError(tool, SAVE_WAIT) from last
-        delay = min(delay * 2, _MAX_POLL)
+        delay = min(delay * 2, ceiling, SAVE_WAIT - waited)
 
 
 def _noted_here(step: SavedStep, watched_since: int | None) -> bool:
     """Whether this process will note the checkpoint's save: LangGraph made it after
     the saver was watched, and less than `SAVE_WAIT` ago. A checkpoint this run's loop
     made is saved by this process, through the watched ``put``; one it loaded (a
-    resumed or re-queued run) was saved already, and is older, or found by the
-    backstop read (made by another worker in the last seconds)."""
+    resumed or re-queued run, from another worker's save) was noted by the watched
+    ``get_tuple`` as it loaded; anything else is found by the backstop read."""
     created = created_ticks(step.config["configurable"]["checkpoint_id"])
     if watched_since is None or created is None or created <= watched_since:
         return False

@@ -4,8 +4,10 @@ its step's save (`saved_step`) wakes as the save lands instead of on its next po
 LangGraph gives a task no handle on the save of the step it runs from: the loop keeps
 that future to itself. So the first time a checkpointer serves a side effect's wait,
 `watch` wraps that saver instance's own ``put`` and ``aput``: each save that returns is
-noted here under its checkpoint's key and wakes whoever waits for that key. Nothing else
-of the saver changes; a save raises as before and is not noted; a copy of the saver
+noted here under its checkpoint's key and wakes whoever waits for that key. Its
+``get_tuple`` and ``aget_tuple`` are wrapped too: a checkpoint read back is saved, so
+the one a resumed or re-queued run loads is noted as it loads. Nothing else of the
+saver changes; a save raises as before and is not noted; a copy of the saver
 (LangGraph clones one for a graph's serde allowlist) gets the saver's own methods back.
 
 A save this process did not see (made by another worker, or before the wrap, or by a
@@ -25,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
 from langgraph.checkpoint.base.id import UUID
 
 __all__ = ["KEEP", "SaveKey", "Seen", "created_ticks", "key_of", "now_ticks", "seen", "watch"]
@@ -131,6 +133,18 @@ def _saving(key: SaveKey) -> Iterator[None]:
         record._finish()
 
 
+def _loaded(found: Any) -> Any:
+    """Note the checkpoint a read found (it is saved); `found` as it is."""
+    conf = getattr(found, "config", None) or {}
+    configurable = conf.get("configurable") or {}
+    checkpoint_id = configurable.get("checkpoint_id")
+    if checkpoint_id:
+        record = seen(key_of(configurable, checkpoint_id))
+        with _LOCK:
+            record._finish()
+    return found
+
+
 def _trim() -> None:
     while len(_SEEN) > KEEP:
         _SEEN.popitem(last=False)  # a waiter still holds its own record
@@ -148,6 +162,7 @@ def watch(saver: BaseCheckpointSaver[Any]) -> int | None:
         if already is not None:
             return already
         put, aput = saver.put, saver.aput
+        get_tuple, aget_tuple = saver.get_tuple, saver.aget_tuple
 
         @functools.wraps(put)
         def noted_put(
@@ -163,6 +178,14 @@ def watch(saver: BaseCheckpointSaver[Any]) -> int | None:
             with _saving(key_of(config.get("configurable") or {}, checkpoint["id"])):
                 return await aput(config, checkpoint, *args, **kwargs)
 
+        @functools.wraps(get_tuple)
+        def noted_get_tuple(config: RunnableConfig) -> CheckpointTuple | None:
+            return _loaded(get_tuple(config))  # type: ignore[no-any-return]
+
+        @functools.wraps(aget_tuple)
+        async def noted_aget_tuple(config: RunnableConfig) -> CheckpointTuple | None:
+            return _loaded(await aget_tuple(config))  # type: ignore[no-any-return]
+
         def getstate() -> Any:
             """A copy (LangGraph's `with_allowlist` clones the saver) or a pickle
             holds the saver's own methods, bound to itself, not these."""
@@ -174,6 +197,8 @@ def watch(saver: BaseCheckpointSaver[Any]) -> int | None:
         try:
             saver.put = noted_put  # type: ignore[method-assign]
             saver.aput = noted_aput  # type: ignore[method-assign]
+            saver.get_tuple = noted_get_tuple  # type: ignore[method-assign]
+            saver.aget_tuple = noted_aget_tuple  # type: ignore[method-assign]
             saver.__getstate__ = getstate  # type: ignore[method-assign]
             since = now_ticks()
             setattr(saver, _WATCHED, since)
@@ -201,7 +226,7 @@ def created_ticks(checkpoint_id: str) -> int | None:
 _UUID_EPOCH = 0x01B21DD213814000
 
 
-_OURS = ("put", "aput", "__getstate__", _WATCHED)
+_OURS = ("put", "aput", "get_tuple", "aget_tuple", "__getstate__", _WATCHED)
 
 
 def _without_ours(state: Any) -> Any:

@@ -115,8 +115,20 @@ def _run(app: Any, inp: Any, config: Any, mode: str, **kwargs: Any) -> Any:
 
 
 def _payments_graph(
-    saver: DiskSaver, payments: list[str], order: list[str] | None = None, *, turns: int = 1
+    saver: DiskSaver,
+    payments: list[str],
+    order: list[str] | None = None,
+    *,
+    turns: int = 1,
+    resumed: bool = False,
+    **compile_kwargs: Any,
 ) -> Any:
+    """A graph paying 5 (then 6, ...) over `turns` turns; `resumed`: its model only
+    answers, for a run that resumes at the tools step."""
+    script = [
+        r for n in range(turns) for r in (tool_calls(("pay", {"amount": 5 + n})), text("done"))
+    ]
+
     @tool
     def pay(amount: int) -> str:
         """Pay."""
@@ -127,10 +139,11 @@ def _payments_graph(
 
     return build_graph(
         [pay],
-        [r for n in range(turns) for r in (tool_calls(("pay", {"amount": 5 + n})), text("done"))],
+        script[1:] if resumed else script,
         profiles={"pay": ToolProfile(side_effect=True)},
         checkpointer=saver,
         options={"idempotency": InMemoryIdempotencyStore(), "saga": InMemorySagaLog()},
+        **compile_kwargs,
     ).app
 
 
@@ -339,9 +352,13 @@ def test_no_read_while_this_process_saves_it(monkeypatch: pytest.MonkeyPatch) ->
     assert saver.step_reads == 0
 
 
-def test_a_fresh_checkpoint_saved_elsewhere_is_found_by_the_backstop_read() -> None:
+def test_a_fresh_checkpoint_saved_elsewhere_is_found_by_the_backstop_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Made after the watch, its save was expected here; saved behind the watch's back
-    (as by another worker), it is still found: by one backstop read, not a poll."""
+    (as by another worker) and never loaded here, it is still found: by one backstop
+    read, not a poll."""
+    monkeypatch.setattr(saved_step, "_BACKSTOP", 0.01)
     saver = DiskSaver()
     seen_saves.watch(saver)
     config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
@@ -350,6 +367,54 @@ def test_a_fresh_checkpoint_saved_elsewhere_is_found_by_the_backstop_read() -> N
     saved_step.wait_saved(SavedStep(saver, at), "pay")
 
     assert saver.step_reads == 1
+
+
+def test_a_fresh_checkpoint_this_process_loaded_needs_no_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Saved by another worker after the watch, then loaded here (a re-queued run's loop
+    reads the thread's latest checkpoint): the load noted it, so the wait returns at
+    once. The backstop is pushed past the test, so a wait the load did not note would
+    hang it, not pass."""
+    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
+    saver = DiskSaver()
+    seen_saves.watch(saver)
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    InMemorySaver.put(saver, config, checkpoint, {"source": "loop", "step": 1}, {})
+    assert saver.get_tuple(config) is not None  # the latest, as a loop loads it
+
+    saved_step.wait_saved(SavedStep(saver, at), "pay")
+
+    assert saver.step_reads == 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_run_re_queued_on_a_watched_worker_is_woken_by_its_load(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker 1 saves the model's step and stops before the tools (a run re-queued);
+    worker 2, whose saver is watched since an earlier effect, resumes it: the effect's
+    wait is woken by worker 2 loading that checkpoint, with no read (the backstop is
+    pushed past the test), and the payment happens once."""
+    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
+    first, second, payments = DiskSaver(), DiskSaver(), []
+    second.storage, second.writes, second.blobs = first.storage, first.writes, first.blobs
+    seen_saves.watch(second)
+    worker_1 = _payments_graph(first, payments, interrupt_before=["tools"])
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    _run(worker_1, {"messages": [("user", "pay")]}, config, mode)
+    assert payments == []
+    worker_2 = _payments_graph(second, payments, resumed=True)
+    reads = second.step_reads
+
+    out = _run(worker_2, None, config, mode)
+
+    assert payments == ["5"]
+    assert second.waits == ["pay"]
+    assert second.step_reads == reads
+    assert out["messages"][-1].content == "done"
 
 
 def test_which_saves_are_waited_for_without_reading(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -378,7 +443,7 @@ def test_in_a_real_run_the_wait_is_woken_by_the_loop_s_own_save(
     on the second turn (the saver watched since the first) no read is made. The backstop
     read is pushed past `SAVE_WAIT`, so a wait the save did not wake would read once and
     fail this test, not just be slower."""
-    monkeypatch.setattr(saved_step, "_MAX_POLL", 60.0)
+    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
     monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
     saver, payments = DiskSaver(), []
     app = _payments_graph(saver, payments, turns=2)
@@ -397,7 +462,7 @@ def test_under_create_agent_the_wait_is_woken_by_the_loop_s_own_save(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same under create_agent + ResilienceMiddleware (each call its own task)."""
-    monkeypatch.setattr(saved_step, "_MAX_POLL", 60.0)
+    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
     monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
     refunds: list[str] = []
     saver = DiskSaver()

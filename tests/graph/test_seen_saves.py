@@ -71,6 +71,24 @@ async def test_an_async_waiter_wakes_when_the_watched_save_returns(where: str) -
     assert await waiter is True
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_checkpoint_read_back_is_noted(mode: str) -> None:
+    """A checkpoint the watched saver reads back is saved: noted (a re-queued run's
+    loop loads the checkpoint another worker saved)."""
+    saver = InMemorySaver()
+    watch(saver)
+    config, checkpoint = _save()
+    InMemorySaver.put(saver, config, checkpoint, {"source": "loop", "step": 1}, {})
+    assert seen(_key(config, checkpoint)).wait(0) is False  # saved behind the watch
+
+    found = saver.get_tuple(config) if mode == "sync" else asyncio.run(saver.aget_tuple(config))
+
+    assert found is not None
+    assert found.checkpoint["id"] == checkpoint["id"]
+    assert seen(_key(config, checkpoint)).wait(0) is True
+    assert saver.get_tuple({"configurable": {"thread_id": "none", "checkpoint_ns": ""}}) is None
+
+
 def test_a_save_that_raises_is_not_noted() -> None:
     class Failing(InMemorySaver):
         def put(self, *args: Any, **kwargs: Any) -> RunnableConfig:
@@ -106,6 +124,12 @@ def test_a_saver_with_slots_is_left_as_it_is() -> None:
         async def aput(self, *args: Any) -> None:
             raise AssertionError("not called")
 
+        def get_tuple(self, *args: Any) -> None:
+            raise AssertionError("not called")
+
+        async def aget_tuple(self, *args: Any) -> None:
+            raise AssertionError("not called")
+
     saver: Any = Slotted()
     watch(saver)
     assert saver.put.__func__ is Slotted.put
@@ -133,6 +157,7 @@ def test_a_copy_of_a_watched_saver_saves_with_its_own_methods() -> None:
     watch(saver)
     clone = copy.copy(saver)
     assert clone.put.__self__ is clone  # type: ignore[attr-defined]
+    assert clone.get_tuple.__self__ is clone  # type: ignore[attr-defined]
     assert not hasattr(clone, seen_saves._WATCHED)
 
     config, checkpoint = _save()

@@ -74,7 +74,7 @@ def test_on_the_postgres_savers_the_wait_is_woken_by_the_save(
     """A real run on PostgresSaver / AsyncPostgresSaver: from the second turn on, the
     wait is woken by the loop's own save and probes nothing (the backstop is pushed
     past the test, so a wait the save did not wake would probe and fail it)."""
-    monkeypatch.setattr(saved_step, "_MAX_POLL", 60.0)
+    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
     monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
     probes: list[str] = []
     exists, aexists = _PostgresProbe.exists, _PostgresProbe.aexists
