@@ -23,6 +23,10 @@ calls, the tools answering, the agent answering: 2 side-effecting calls per turn
    async stores on their own pool; N concurrent threads (N = 1, 8, 32, 100) each
    running turns; A, B and C rounds interleaved (ABC CBA); turns/s of A over B
    (target >= 0.9x at every N).
+4. Client CPU (``--part cpu``): process CPU per async turn of A, B and C on one thread
+   (``time.process_time``; a CPU-bound process's throughput goes as its inverse), and
+   per ledger statement on the async store's pool (a claim, an outcome, and a bare
+   ``SELECT 1`` for psycopg's own floor).
 
 Run it from the repository root::
 
@@ -97,9 +101,29 @@ class Sizes:
     """ABBA rounds of the throughput part, per concurrency."""
     turns_per_thread: int
 
+    cpu_turns: int
+    """Async turns per graph of the CPU part (in interleaved rounds of 10)."""
+    cpu_statements: int
 
-QUICK = Sizes(warmup_pairs=10, pairs=60, traced_turns=20, rounds=2, turns_per_thread=2)
-FULL = Sizes(warmup_pairs=40, pairs=400, traced_turns=100, rounds=6, turns_per_thread=4)
+
+QUICK = Sizes(
+    warmup_pairs=10,
+    pairs=60,
+    traced_turns=20,
+    rounds=2,
+    turns_per_thread=2,
+    cpu_turns=20,
+    cpu_statements=50,
+)
+FULL = Sizes(
+    warmup_pairs=40,
+    pairs=400,
+    traced_turns=100,
+    rounds=6,
+    turns_per_thread=4,
+    cpu_turns=200,
+    cpu_statements=300,
+)
 
 
 # ------------------------------------------------------------------ the graphs
@@ -458,6 +482,65 @@ async def throughput(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
     return rows
 
 
+# ------------------------------------------------------------------ part 4: client CPU
+
+
+async def client_cpu(dsn: str, sizes: Sizes) -> dict[str, Any]:
+    """CPU of this process per async turn (A, B, C, one thread, rounds of 10 turns
+    interleaved ABC CBA) and per ledger statement on the stores' pool."""
+    async with _apool(dsn, 4) as saver_pool, _apool(dsn, 4) as stores:
+        saver = AsyncPostgresSaver(saver_pool)
+        await saver.setup()
+        ledger = AsyncPostgresIdempotencyStore(stores, deferred_outcomes=DEFERRED)
+        breakers = AsyncPostgresBreakerStore(stores)
+        await ledger.setup()
+        await breakers.setup()
+        graphs = _graphs(saver, ledger, breakers)
+        for graph in graphs.values():
+            for _ in range(5):
+                await aturn(graph)
+        per_turn: dict[str, list[float]] = {name: [] for name in graphs}
+        for i in range(max(1, sizes.cpu_turns // 10)):
+            for name in "ABC" if i % 2 == 0 else "CBA":
+                start = time.process_time()
+                for _ in range(10):
+                    await aturn(graphs[name])
+                per_turn[name].append((time.process_time() - start) / 10)
+        await _aflush(ledger, breakers)
+        statements = await _statement_cpu(ledger, stores, sizes.cpu_statements)
+    turn_ms = {name: statistics.median(v) * 1e3 for name, v in per_turn.items()}
+    return {
+        "turn_cpu_ms": turn_ms,
+        "cpu_ratio": {"A/B": turn_ms["A"] / turn_ms["B"], "C/B": turn_ms["C"] / turn_ms["B"]},
+        "statement_cpu_ms": statements,
+    }
+
+
+async def _statement_cpu(ledger: Any, pool: Any, n: int) -> dict[str, float]:
+    """Client CPU (ms) of one claim, one outcome and one bare ``SELECT 1``."""
+    keys = [uuid.uuid4().hex for _ in range(n)]
+
+    async def claim(key: str) -> None:
+        await ledger.aclaim(
+            key, tool="t1", args_json='{"query":"x"}', thread_id="cpu", fingerprint=key
+        )
+
+    async def outcome(key: str) -> None:
+        await ledger.arecord_outcome(key, "t1:x")
+
+    async def select(_: str) -> None:
+        async with pool.connection() as conn:
+            await conn.execute("SELECT 1")
+
+    out = {}
+    for name, op in (("claim", claim), ("outcome", outcome), ("select_1", select)):
+        start = time.process_time()
+        for key in keys:
+            await op(key)
+        out[name] = (time.process_time() - start) / n * 1e3
+    return out
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -467,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN (CREATE DATABASE)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument(
-        "--part", choices=("turn", "trips", "throughput"), action="append", help="only these"
+        "--part", choices=("turn", "trips", "throughput", "cpu"), action="append", help="only these"
     )
     parser.add_argument(
         "--deferred", action="store_true", help="A's ledger defers outcomes (off by default)"
@@ -476,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     global DEFERRED  # noqa: PLW0603 - a run-wide switch, read by the three parts
     DEFERRED = args.deferred
     sizes = QUICK if args.quick else FULL
-    parts = set(args.part or ("turn", "trips", "throughput"))
+    parts = set(args.part or ("turn", "trips", "throughput", "cpu"))
     reason = probe_postgres(args.dsn)
     if reason is not None:
         print(f"PostgreSQL at {redact(args.dsn)} is not reachable: {reason}", file=sys.stderr)
@@ -509,6 +592,16 @@ def main(argv: list[str] | None = None) -> int:
         if "throughput" in parts:
             print("async throughput (turns/s, ours vs plain):", flush=True)
             results["throughput"] = asyncio.run(throughput(dsn, sizes))
+        if "cpu" in parts:
+            cpu = asyncio.run(client_cpu(dsn, sizes))
+            results["client_cpu"] = cpu
+            ms, ratio = cpu["turn_cpu_ms"], cpu["cpu_ratio"]
+            print(
+                f"client CPU per async turn: A {ms['A']:.2f} ms, B {ms['B']:.2f} ms, "
+                f"C {ms['C']:.2f} ms (A/B {ratio['A/B']:.3f}x, C/B {ratio['C/B']:.3f}x)"
+            )
+            per = ", ".join(f"{k} {v:.3f} ms" for k, v in cpu["statement_cpu_ms"].items())
+            print(f"client CPU per ledger statement: {per}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=2)
