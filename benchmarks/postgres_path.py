@@ -443,16 +443,33 @@ async def _round(graph: Any, threads: int, turns: int) -> float:
     return threads * turns / (time.perf_counter() - start)
 
 
-async def throughput(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
-    rows = []
-    async with _apool(dsn, 20) as saver_pool, _apool(dsn, 10) as stores:
+@dataclasses.dataclass(frozen=True)
+class AsyncRig:
+    """Graphs A, B and C on ``AsyncPostgresSaver``, and A's async stores' pool."""
+
+    graphs: dict[str, Any]
+    ledger: Any
+    breakers: Any
+    stores: AsyncConnectionPool[Any]
+
+
+@contextlib.asynccontextmanager
+async def _async_rig(dsn: str, saver_size: int, stores_size: int) -> AsyncIterator[AsyncRig]:
+    """The async saver and A's stores, each on a pool of its own, set up."""
+    async with _apool(dsn, saver_size) as saver_pool, _apool(dsn, stores_size) as stores:
         saver = AsyncPostgresSaver(saver_pool)
         await saver.setup()
         ledger = AsyncPostgresIdempotencyStore(stores, deferred_outcomes=DEFERRED)
         breakers = AsyncPostgresBreakerStore(stores)
         await ledger.setup()
         await breakers.setup()
-        graphs = _graphs(saver, ledger, breakers)
+        yield AsyncRig(_graphs(saver, ledger, breakers), ledger, breakers, stores)
+
+
+async def throughput(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
+    rows = []
+    async with _async_rig(dsn, 20, 10) as rig:
+        graphs, ledger, breakers = rig.graphs, rig.ledger, rig.breakers
         for threads in CONCURRENCY:
             for graph in graphs.values():  # warm-up
                 await _round(graph, threads, 1)
@@ -488,14 +505,8 @@ async def throughput(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
 async def client_cpu(dsn: str, sizes: Sizes) -> dict[str, Any]:
     """CPU of this process per async turn (A, B, C, one thread, rounds of 10 turns
     interleaved ABC CBA) and per ledger statement on the stores' pool."""
-    async with _apool(dsn, 4) as saver_pool, _apool(dsn, 4) as stores:
-        saver = AsyncPostgresSaver(saver_pool)
-        await saver.setup()
-        ledger = AsyncPostgresIdempotencyStore(stores, deferred_outcomes=DEFERRED)
-        breakers = AsyncPostgresBreakerStore(stores)
-        await ledger.setup()
-        await breakers.setup()
-        graphs = _graphs(saver, ledger, breakers)
+    async with _async_rig(dsn, 4, 4) as rig:
+        graphs, ledger, breakers = rig.graphs, rig.ledger, rig.breakers
         for graph in graphs.values():
             for _ in range(5):
                 await aturn(graph)
@@ -507,7 +518,7 @@ async def client_cpu(dsn: str, sizes: Sizes) -> dict[str, Any]:
                     await aturn(graphs[name])
                 per_turn[name].append((time.process_time() - start) / 10)
         await _aflush(ledger, breakers)
-        statements = await _statement_cpu(ledger, stores, sizes.cpu_statements)
+        statements = await _statement_cpu(ledger, rig.stores, sizes.cpu_statements)
     turn_ms = {name: statistics.median(v) * 1e3 for name, v in per_turn.items()}
     return {
         "turn_cpu_ms": turn_ms,
