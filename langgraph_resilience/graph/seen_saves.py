@@ -133,15 +133,14 @@ def _saving(key: SaveKey) -> Iterator[None]:
         record._finish()
 
 
-def _loaded(found: Any) -> Any:
+def _loaded(found: CheckpointTuple | None) -> CheckpointTuple | None:
     """Note the checkpoint a read found (it is saved); `found` as it is."""
-    conf = getattr(found, "config", None) or {}
-    configurable = conf.get("configurable") or {}
-    checkpoint_id = configurable.get("checkpoint_id")
-    if checkpoint_id:
-        record = seen(key_of(configurable, checkpoint_id))
-        with _LOCK:
-            record._finish()
+    if found is not None:
+        configurable = found.config.get("configurable") or {}
+        if checkpoint_id := configurable.get("checkpoint_id"):
+            record = seen(key_of(configurable, checkpoint_id))
+            with _LOCK:
+                record._finish()
     return found
 
 
@@ -180,11 +179,11 @@ def watch(saver: BaseCheckpointSaver[Any]) -> int | None:
 
         @functools.wraps(get_tuple)
         def noted_get_tuple(config: RunnableConfig) -> CheckpointTuple | None:
-            return _loaded(get_tuple(config))  # type: ignore[no-any-return]
+            return _loaded(get_tuple(config))
 
         @functools.wraps(aget_tuple)
         async def noted_aget_tuple(config: RunnableConfig) -> CheckpointTuple | None:
-            return _loaded(await aget_tuple(config))  # type: ignore[no-any-return]
+            return _loaded(await aget_tuple(config))
 
         def getstate() -> Any:
             """A copy (LangGraph's `with_allowlist` clones the saver) or a pickle
