@@ -371,6 +371,8 @@ class BreakerState(NamedTuple):
 
 
 CLOSED = BreakerState()
+_CLOSED_REST = (None, None, 0, 0)
+"""A closed state's fields after its window (`BreakerState`)."""
 """A fresh breaker."""
 
 
@@ -506,6 +508,8 @@ def record(
             reason = _trip_reason(window, cfg)
             if reason is not None:
                 return _opened(now), Transition("closed", "open", reason, now)
+        if window is state.window and state[2:] == _CLOSED_REST:
+            return state, None  # nothing changed: the same state, for a store to skip
         return tuple.__new__(BreakerState, ("closed", window, None, None, 0, 0)), None
     if state.status == "open" or not probe:
         return state, None

@@ -42,8 +42,12 @@ class CountWindow(NamedTuple):
     slow_bits: int = 0
 
     def add(self, now: float, failed: bool, slow: bool) -> CountWindow:
-        """The window with one more outcome, the oldest evicted when full."""
+        """The window with one more outcome, the oldest evicted when full. A full ring
+        of clean outcomes is returned as it is for another clean one: every rotation of
+        it is the same window, so a store has nothing to write."""
         size, calls, failures, slow_count, head, failure_bits, slow_bits = self
+        if calls == size and not (failed or slow or failure_bits or slow_bits):
+            return self
         bit = 1 << head
         if calls == size:
             failures -= bool(failure_bits & bit)

@@ -9,8 +9,9 @@ emits a ``breaker`` `Event` for every transition:
 - `PostgresBreakerStore` / `AsyncPostgresBreakerStore`: every process sharing a
   table (``lgr_breakers``); admission of a closed breaker is one plain ``SELECT``
   at most every `BREAKER_CACHE_TTL` seconds, plain successes are written in batches
-  (`SUCCESS_FLUSH_INTERVAL`), every other change is one transaction holding the key's
-  row lock. Both are one
+  (`SUCCESS_FLUSH_INTERVAL`) and not at all when they change nothing (a full window of
+  successes), every other change is one transaction holding the key's row lock. Both
+  are one
   implementation (`_PostgresBreakers`) whose operations are flows driven by `drive`
   or `adrive`; they differ in the connections they take.
 
@@ -250,9 +251,12 @@ class _PostgresBreakers:
     reads the row at most once per `cache_ttl` (`BREAKER_CACHE_TTL`), and plain
     successes are written in batches, at most `flush_interval` late
     (`SUCCESS_FLUSH_INTERVAL`), off the caller's path (a daemon thread for a sync
-    store, a task on its loop for an async one). What they trade: another process's
-    trip is seen here up to `cache_ttl` late, and a process killed loses the successes
-    of its last `flush_interval` (never a failure: those are written at once)."""
+    store, a task on its loop for an async one), and a batch that leaves the breaker
+    as this process last saw it is not written at all (`_changes_nothing`). What they
+    trade: another process's trip is seen here up to `cache_ttl` late, a process
+    killed loses the successes of its last `flush_interval` (never a failure: those
+    are written at once), and an unwritten batch counts as if it came before a failure
+    another process wrote in the last `cache_ttl` (a trip comes no later for it)."""
 
     _ASYNC = False
 
@@ -277,8 +281,8 @@ class _PostgresBreakers:
         self.flush_interval = flush_interval
         self.clock: Clock = clock or SystemClock()
         """Ages the cached reads (monotonic): inject a FakeClock in tests."""
-        self._seen: dict[str, tuple[float, Any, Any]] = {}
-        """key -> (read at, status, opened_at): the last state this process saw."""
+        self._seen: dict[str, tuple[float, BreakerState]] = {}
+        """key -> (read at, state): the last stored state this process saw."""
         self._successes: dict[str, list[_Success]] = {}
         self._guard = threading.Condition()
         self._flusher: threading.Thread | None = None
@@ -291,18 +295,29 @@ class _PostgresBreakers:
 
     # ----------------------------------------------------------- the cache
 
-    def _cached(self, key: str) -> tuple[Any, Any] | None:
+    def _cached(self, key: str) -> BreakerState | None:
+        """The stored state this process saw less than `cache_ttl` ago, or None."""
         seen = self._seen.get(key)
         if seen is None or self.clock.monotonic() - seen[0] >= self.cache_ttl:
             return None
-        return seen[1], seen[2]
+        return seen[1]
 
-    def _remember(self, key: str, status: Any, opened_at: Any) -> None:
+    def _remember(self, key: str, state: BreakerState) -> None:
         if self.cache_ttl <= 0:
             return
         if len(self._seen) >= _SEEN_MAX:
             self._seen.clear()
-        self._seen[key] = (self.clock.monotonic(), status, opened_at)
+        self._seen[key] = (self.clock.monotonic(), state)
+
+    def _changes_nothing(self, key: str, successes: list[_Success]) -> bool:
+        """Whether `successes` leave the breaker as this process saw it less than
+        `cache_ttl` ago (a closed one whose window is a full ring of clean outcomes, or
+        an open one): then there is nothing to write. What that trades: the successes
+        count as if they came before any failure another process wrote since that
+        sight, so such a failure stays in the shared window for as many outcomes more;
+        a trip is never missed by it, at most come sooner."""
+        state = self._cached(key)
+        return state is not None and _with_successes(state, successes, []) is state
 
     # ----------------------------------------------------------- waiting successes
 
@@ -337,9 +352,11 @@ class _PostgresBreakers:
             return list(self._successes.get(key, ()))
 
     def _flushing(self) -> Flow[None]:
-        """Write every waiting success: one row-locked change per breaker."""
+        """Write every waiting success: one row-locked change per breaker they change."""
         taken = self._take()
         for key, successes in taken.items():
+            if self._changes_nothing(key, successes):
+                continue
             try:
                 yield from self._applying(key, successes, None)
             except Exception:
@@ -405,7 +422,7 @@ class _PostgresBreakers:
 
         result: T = yield Call(self._table.change, self._table.achange, (key, apply))
         if written:
-            self._remember(key, written[-1].status, written[-1].opened_at)
+            self._remember(key, written[-1])
         return result
 
     def _applying(
@@ -436,13 +453,12 @@ class _PostgresBreakers:
     def _acquiring(self, key: str, cfg: BreakerConfig, now: float) -> Flow[Admission]:
         cached = self._cached(key)
         if cached is not None:
-            fast = fast_admission(cached[0], cached[1], cfg, now)
+            fast = fast_admission(cached.status, cached.opened_at, cfg, now)
             if fast is not None:
                 return fast
-        row = yield Call(self._table.peek, self._table.apeek, (key,))
-        status, opened_at = row if row is not None else (None, None)
-        self._remember(key, status, opened_at)
-        fast = fast_admission(status, opened_at, cfg, now)
+        stored = _parse(key, (yield Call(self._table.read, self._table.aread, (key,))))
+        self._remember(key, stored)
+        fast = fast_admission(stored.status, stored.opened_at, cfg, now)
         if fast is not None:
             return fast
 

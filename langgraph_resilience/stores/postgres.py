@@ -288,7 +288,6 @@ class _TableSql:
 
     setup: sql.Composed
     read: sql.Composed
-    peek: sql.Composed
     lock: sql.Composed
     write: sql.Composed
     commit: sql.SQL
@@ -302,9 +301,6 @@ class _TableSql:
                 "updated_at timestamptz NOT NULL DEFAULT now())"
             ).format(ident),
             read=sql.SQL("SELECT state FROM {} WHERE key = %s").format(ident),
-            peek=sql.SQL(
-                "SELECT state->>'status', state->'opened_at' FROM {} WHERE key = %s"
-            ).format(ident),
             lock=sql.SQL(
                 "BEGIN; SET LOCAL synchronous_commit = off; "
                 "INSERT INTO {t} (key, state) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING; "
@@ -368,14 +364,6 @@ class JsonTable:
         """Async `read`."""
         row = await self.pg.arun(_fetch_one, self._sql.read, (key,), row_factory=tuple_row)
         return None if row is None else row[0]
-
-    def peek(self, key: str) -> tuple[Any, ...] | None:
-        """``(state->>'status', state->'opened_at')`` of `key`'s row, or None."""
-        return self.pg.run(_fetch_one, self._sql.peek, (key,), row_factory=tuple_row)
-
-    async def apeek(self, key: str) -> tuple[Any, ...] | None:
-        """Async `peek`."""
-        return await self.pg.arun(_fetch_one, self._sql.peek, (key,), row_factory=tuple_row)
 
     def change(self, key: str, change: JsonChange[T]) -> T:
         """Apply `change` to `key`'s row under its lock; its result."""

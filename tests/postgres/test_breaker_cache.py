@@ -4,6 +4,7 @@ with a staleness bound, batched successes, failures written at once."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -187,3 +188,102 @@ def test_the_sync_flusher_writes_by_itself(pool: ConnectionPool[Any]) -> None:
         thread.join(0.01)
     assert window is not None
     assert window.calls == 1
+
+
+def _row_version(pool: ConnectionPool[Any], key: str) -> str:
+    """The row's ``xmin``: it changes with every write of the row."""
+    with pool.connection() as conn:
+        query = "SELECT xmin::text AS version FROM lgr_breakers WHERE key = %s"
+        row = conn.execute(query, (key,)).fetchone()
+    assert row is not None
+    return str(row["version"])
+
+
+def test_a_batch_that_changes_nothing_is_not_written(pool: ConnectionPool[Any]) -> None:
+    """Once the window is a full ring of successes, more successes leave it the same
+    window: a flush within cache_ttl of this worker's last sight does not even take
+    the row lock (it finishes while another transaction holds it) and writes nothing."""
+    clock = FakeClock()
+    here = _worker(pool, clock, flush_interval=NEVER, cache_ttl=10.0)
+    for _ in range(CFG.window_size):
+        here.record("steady", CFG, 0.0, None)
+    here.flush()
+    version = _row_version(pool, "steady")
+    for _ in range(3):
+        here.record("steady", CFG, 0.0, None)
+    with pool.connection() as holder, holder.transaction():
+        holder.execute("SELECT state FROM lgr_breakers WHERE key = 'steady' FOR UPDATE")
+        flusher = threading.Thread(target=here.flush, daemon=True)
+        flusher.start()
+        flusher.join(30)  # a bound for a hang, not a clock: it returns at once
+        assert not flusher.is_alive(), "the flush waited for the row lock"
+    assert _row_version(pool, "steady") == version
+    window = _worker(pool, clock).snapshot("steady").window
+    assert window is not None
+    assert (window.calls, window.failures) == (CFG.window_size, 0)
+
+
+def test_without_a_cache_a_batch_is_judged_under_the_lock(pool: ConnectionPool[Any]) -> None:
+    """With cache_ttl=0 nothing is remembered: the batch is applied under the row lock,
+    which finds nothing to change on a full clean ring and so does not rewrite it."""
+    clock = FakeClock()
+    here = _worker(pool, clock, flush_interval=NEVER, cache_ttl=0)
+    for _ in range(CFG.window_size):
+        here.record("exact", CFG, 0.0, None)
+    here.flush()
+    version = _row_version(pool, "exact")
+    here.record("exact", CFG, 0.0, None)
+    assert not here._changes_nothing("exact", here._waiting("exact"))
+    here.flush()
+    assert _row_version(pool, "exact") == version
+
+
+def test_an_unwritten_batch_counts_before_a_failure_elsewhere(pool: ConnectionPool[Any]) -> None:
+    """The trade of not writing: within cache_ttl of this worker's sight of a clean
+    window, its successes are not written, so a failure another worker wrote meanwhile
+    stays in the shared window (as if those successes came first); past cache_ttl the
+    batch is applied under the row lock and shifts it out."""
+    clock = FakeClock()
+    here = _worker(pool, clock, flush_interval=NEVER, cache_ttl=1.0)
+    there = _worker(pool, clock)
+    for _ in range(CFG.window_size):
+        here.record("svc2", CFG, 0.0, None)
+    here.flush()
+    assert there.record("svc2", CFG, 0.0, T) is None  # one failure of four: still closed
+    for _ in range(CFG.window_size):
+        here.record("svc2", CFG, 0.0, None)
+    here.flush()
+    window = there.snapshot("svc2").window
+    assert window is not None
+    assert (window.calls, window.failures) == (CFG.window_size, 1)
+    clock.advance(1.0)
+    for _ in range(CFG.window_size):
+        here.record("svc2", CFG, 0.0, None)
+    here.flush()
+    window = there.snapshot("svc2").window
+    assert window is not None
+    assert (window.calls, window.failures) == (CFG.window_size, 0)
+
+
+def test_async_store_skips_a_batch_that_changes_nothing(
+    pg_dsn: str, pool: ConnectionPool[Any]
+) -> None:
+    """The async store shares the flush: a batch on a full clean ring does not take the
+    row lock (another transaction holds it) and writes nothing."""
+
+    async def scenario() -> None:
+        async with AsyncConnectionPool(
+            pg_dsn, min_size=1, max_size=2, kwargs=POSTGRES_CONNECTION_KWARGS, open=False
+        ) as apool:
+            store = AsyncPostgresBreakerStore(apool, flush_interval=NEVER)
+            for _ in range(CFG.window_size):
+                await store.arecord("asteady", CFG, 0.0, None)
+            await store.aflush()
+            version = _row_version(pool, "asteady")
+            await store.arecord("asteady", CFG, 0.0, None)
+            with pool.connection() as holder, holder.transaction():
+                holder.execute("SELECT state FROM lgr_breakers WHERE key = 'asteady' FOR UPDATE")
+                await asyncio.wait_for(store.aflush(), 30)  # a bound for a hang
+            assert _row_version(pool, "asteady") == version
+
+    asyncio.run(scenario())

@@ -220,6 +220,30 @@ def test_count_window_evicts_oldest_outcomes() -> None:
     assert [t.name for t in transitions] == ["closed->open"]
 
 
+def test_a_success_that_changes_nothing_returns_the_same_state() -> None:
+    """A clean success on a full ring of clean outcomes, or any result while open, is
+    the same state object (what lets the Postgres store skip writing it); a success
+    that fills, shifts a failure or a slow call, or arrives half-open changes it."""
+    cfg = BreakerConfig(window_size=3, minimum_calls=3, slow_call_threshold=1.0)
+    full, _ = run(BreakerState(), cfg, 0.0, OK, OK, OK)
+    assert record(full, cfg, 1.0, None, duration=0.1)[0] is full
+    assert full.window is not None
+    assert full.window.add(1.0, False, False) is full.window
+    filling, _ = run(BreakerState(), cfg, 0.0, OK, OK)
+    assert record(filling, cfg, 1.0, None)[0] is not filling
+    failed, _ = run(full, cfg, 0.0, T)
+    after, _ = record(failed, cfg, 1.0, None)
+    assert after is not failed
+    assert after.window is not None
+    assert after.window.failures == 1  # the failure is still one of the last three
+    assert record(full, cfg, 1.0, None, duration=2.0)[0] is not full  # slow
+    other_size = BreakerConfig(window_size=4, minimum_calls=3)
+    assert record(full, other_size, 1.0, None)[0] is not full  # a fresh window
+    opened, _ = run(BreakerState(), cfg, 0.0, T, T, T)
+    assert opened.status == "open"
+    assert record(opened, cfg, 1.0, None)[0] is opened
+
+
 def test_time_window_evicts_by_age() -> None:
     """Outcomes older than the window's span stop counting."""
     cfg = BreakerConfig(window="time", window_size=10.0, minimum_calls=4)
