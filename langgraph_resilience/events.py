@@ -18,7 +18,7 @@ from langgraph.config import get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
 
-__all__ = ["EVENT_KEY", "Event", "emit", "logger"]
+__all__ = ["EVENT_KEY", "Event", "emit", "listening", "logger"]
 
 logger = logging.getLogger("langgraph_resilience")
 
@@ -65,17 +65,44 @@ def _redacted(event: Event) -> dict[str, Any]:
     return fields
 
 
+def _does_nothing(_: Any) -> None:
+    pass  # no docstring: it would be the first constant, and the code compared differs
+
+
+_NOTHING = _does_nothing.__code__.co_code
+"""The bytecode of a function that only returns (its first constant): LangGraph's stream
+writer when nobody streams ``custom``, which an event would reach for nothing."""
+
+
+def _writer() -> Any:
+    """The run's custom-stream writer, or None: outside a run, or when the run's writer
+    does nothing (LangGraph gives one whose body is empty unless ``custom`` is
+    streamed, and an event redacted for it would be thrown away)."""
+    if var_child_runnable_config.get() is None:  # outside any run: no writer
+        return None
+    try:
+        writer = get_stream_writer()
+    except (RuntimeError, KeyError):  # a runnable outside a LangGraph run
+        return None
+    code = getattr(writer, "__code__", None)
+    if code is not None and code.co_code == _NOTHING:
+        return None
+    return writer
+
+
+def listening() -> bool:
+    """Whether an event emitted now reaches anyone (a ``custom`` stream or the log), so
+    a hot path builds its `Event` only then."""
+    return logger.isEnabledFor(logging.INFO) or _writer() is not None
+
+
 def emit(event: Event) -> None:
-    """Send `event` to the custom stream (when inside a graph run) and to the log.
+    """Send `event` to the custom stream (when inside a graph run that streams it) and
+    to the log.
 
     Its fields are redacted first (`redact_value`: secret-named fields blanked,
     strings scrubbed, lists and dicts walked), whoever built it."""
-    writer = None
-    if var_child_runnable_config.get() is not None:  # else outside any run: no writer
-        try:
-            writer = get_stream_writer()
-        except (RuntimeError, KeyError):  # a runnable outside a LangGraph run
-            writer = None
+    writer = _writer()
     logging_on = logger.isEnabledFor(logging.INFO)
     if writer is None and not logging_on:
         return

@@ -14,7 +14,7 @@ failing ``threshold`` times is. Two patterns are loops:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 __all__ = ["RECENT_WINDOW", "LoopKind", "detect_loop"]
@@ -28,24 +28,25 @@ RECENT_WINDOW = 8
 def detect_loop(
     key: str,
     *,
-    seen: Mapping[str, int],
+    count: int,
     recent: Sequence[str],
     threshold: int,
-    failed: Mapping[str, int] | None = None,
+    failures: int = 0,
 ) -> LoopKind | None:
     """Return the loop this call would close, or None.
 
-    `seen` counts the task's issued calls per key (minus those handed back as
-    failed), `failed` the calls per key whose failure the agent was handed,
-    `recent` lists the last issued keys in order (oldest first).
+    `count` is how many calls with this key the task issued (less those handed back
+    as failed), `failures` how many of its calls' failures the agent was handed,
+    `recent` the last issued keys in order (oldest first; only the last three count).
+    Scalars, not the task's maps: the tools step asks this for every call it plans.
 
-    >>> detect_loop("a", seen={"a": 2}, recent=[], threshold=2)
+    >>> detect_loop("a", count=2, recent=[], threshold=2)
     'repeat'
-    >>> detect_loop("b", seen={"a": 2, "b": 1}, recent=["a", "b", "a"], threshold=2)
+    >>> detect_loop("b", count=1, recent=["a", "b", "a"], threshold=2)
     'alternating'
-    >>> detect_loop("c", seen={"a": 2}, recent=["a", "b", "a"], threshold=2)
+    >>> detect_loop("c", count=0, recent=["a", "b", "a"], threshold=2)
     """
-    if seen.get(key, 0) >= threshold or (failed or {}).get(key, 0) >= threshold:
+    if count >= threshold or failures >= threshold:
         return "repeat"
     if len(recent) >= 3:
         a, b, a2 = recent[-3:]

@@ -246,10 +246,10 @@ def plan_batch(cfg: ToolSettings, state: Any, *, upto: str | None = None) -> Bat
 def _reused_ids(calls: list[ToolCall]) -> Mapping[str | None, int]:
     """The tool-call ids a message uses more than once, with their counts (a provider
     may reuse one within a message); usually none."""
-    ids = [call["id"] for call in calls]
-    if len(set(ids)) == len(ids):
+    if len({call["id"] for call in calls}) == len(calls):
         return {}
-    return {call_id: n for call_id, n in Counter(ids).items() if n > 1}
+    counts = Counter(call["id"] for call in calls)
+    return {call_id: n for call_id, n in counts.items() if n > 1}
 
 
 def _consider(
@@ -364,20 +364,25 @@ def _admit(
 def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: str) -> bool:
     """Count a call the agent issues now; answer it with a loop envelope if it closes one."""
     failed = batch.task.get("failed") or {}
-    # detect_loop reads only this call's count: no copy of the task's whole map
-    seen = {key: (batch.task.get("seen") or {}).get(key, 0) + batch.seen.get(key, 0)}
-    # the alternating pattern reads the last three keys only
-    recent = [*(batch.task.get("recent") or [])[-3:], *batch.recent[-3:]]
+    count = (batch.task.get("seen") or {}).get(key, 0) + batch.seen.get(key, 0)
+    failures = int(failed.get(key, 0))
+    mine = batch.recent
+    # the alternating pattern reads the last three issued keys only
+    recent = mine[-3:] if len(mine) >= 3 else [*(batch.task.get("recent") or [])[-3:], *mine]
     loop = detect_loop(
-        key, seen=seen, recent=recent, threshold=cfg.loop_threshold(call["name"]), failed=failed
+        key,
+        count=count,
+        recent=recent,
+        threshold=cfg.loop_threshold(call["name"]),
+        failures=failures,
     )
     batch.seen[key] = batch.seen.get(key, 0) + 1
-    batch.recent.append(key)
+    mine.append(key)
     batch.loop_keys[call["id"] or ""] = key
     if loop is None:
         return False
-    count = seen.get(key, 0) + 1 + int(failed.get(key, 0))
-    batch.preflight.append(Preflight(loop_error(call, key, loop, count), "loop", key, slot=slot))
+    total = count + 1 + failures
+    batch.preflight.append(Preflight(loop_error(call, key, loop, total), "loop", key, slot=slot))
     return True
 
 

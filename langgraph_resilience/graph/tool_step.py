@@ -22,7 +22,7 @@ from langgraph_resilience.core.decide import Decision, decide, decide_repair, un
 from langgraph_resilience.core.partial import PartialResult, as_partial_result, failed_items
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import CircuitOpenError, FailureClass, ToolError, ToolGoneError
-from langgraph_resilience.events import Event, emit
+from langgraph_resilience.events import Event, emit, listening
 from langgraph_resilience.graph.answers import (
     BreakerReport,
     Raised,
@@ -187,7 +187,8 @@ def _settle_clean(
     alone (no record is built: there is nothing in it to keep)."""
     step.count("attempt")
     cfg.deposit(call["name"], batch.now)
-    emit(Event("attempt", tool=call["name"], call_id=call["id"] or "", attempt=1, ok=True))
+    if listening():
+        emit(Event("attempt", tool=call["name"], call_id=call["id"] or "", attempt=1, ok=True))
     step.done += 1
     message.response_metadata.pop("resilience_item_keys", None)
     step.messages.append(message)

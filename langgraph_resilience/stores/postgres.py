@@ -28,7 +28,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -116,7 +116,8 @@ def _cursor(conn: Any, row_factory: RowFactory[Any], client: bool) -> Any:
 def fetch(cur: Any, query: Any, params: Any = None) -> Flow[list[Any]]:
     """Run one statement; the rows it returned (none for a statement without rows)."""
     yield Call(cur.execute, None, (query, params))
-    if cur.description is None:
+    result = cur.pgresult  # not `description`, which builds a Column per field each time
+    if result is None or result.status != ExecStatus.TUPLES_OK:
         return []
     rows: list[Any] = yield Call(cur.fetchall)
     return rows

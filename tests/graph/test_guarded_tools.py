@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from langgraph_resilience import (
     ToolProfile,
     tool_error_of,
 )
+from langgraph_resilience.events import listening
 from langgraph_resilience.testing import Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, build_graph, seeded_delays
 
@@ -216,6 +218,37 @@ def test_events_stream_in_order(runner: Runner) -> None:
     assert chunks[0]["failure_class"] == "transient"
     assert chunks[2]["in_step"] is True
     assert chunks[4]["to"] == "agent"
+
+
+def test_a_clean_call_is_an_event_only_for_someone_listening(
+    runner: Runner, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean first try streams its attempt to ``custom``; a node asks `listening()`
+    before building an event, which is false in a run nobody streams nor logs at INFO
+    (LangGraph's writer then does nothing) and true in one that does."""
+    seen: list[bool] = []
+
+    @tool
+    def probe(query: str) -> str:
+        """Report whether events reach anyone now."""
+        seen.append(listening())
+        return query
+
+    def graph() -> Any:
+        return build_graph([probe], [tool_calls(("probe", {"query": "x"})), text("ok")])
+
+    h = graph()
+    chunks = runner.stream(h.app, {"messages": [("user", "x")]}, h.config(), stream_mode="custom")
+    attempts = [c for c in chunks if isinstance(c, dict) and c.get(EVENT_KEY) == "attempt"]
+    assert [(c["tool"], c["ok"]) for c in attempts] == [("probe", True)]
+
+    h = graph()
+    runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+    with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
+        h = graph()
+        runner.invoke(h.app, {"messages": [("user", "x")]}, h.config())
+    assert seen == [True, False, True]
+    assert any("attempt" in r.getMessage() for r in caplog.records)
 
 
 def test_events_stream_in_order_for_a_long_wait(runner: Runner) -> None:

@@ -35,7 +35,9 @@ def replay(keys: list[str], threshold: int) -> list[str | None]:
     recent: list[str] = []
     verdicts = []
     for key in keys:
-        verdicts.append(detect_loop(key, seen=seen, recent=recent, threshold=threshold))
+        verdicts.append(
+            detect_loop(key, count=seen.get(key, 0), recent=recent, threshold=threshold)
+        )
         seen[key] = seen.get(key, 0) + 1
         recent.append(key)
     return verdicts
