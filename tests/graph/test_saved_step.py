@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import (
@@ -24,6 +24,7 @@ from langgraph.checkpoint.base import (
     empty_checkpoint,
 )
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_resilience import (
     ConfigurationError,
@@ -147,12 +148,17 @@ def _payments_graph(
     ).app
 
 
+@pytest.mark.parametrize("watched", [False, True])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str) -> None:
+def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str, watched: bool) -> None:
     """The save of the model's step is held until the effect's wait has begun: the
     payment comes after the save, never before (without the wait it would run first,
-    and the held save would time out after 10 s)."""
+    and the held save would time out after 10 s). Also when the saver is watched from
+    before the run, so the model's task's writes, saved while the step's checkpoint
+    waits, were seen: they are not enough (`test_new_input_drops_writes_no_checkpoint_holds`)."""
     saver, payments = DiskSaver(hold=True), []
+    if watched:
+        seen_saves.watch(saver)
     app = _payments_graph(saver, payments, saver.order)
 
     out = _run(app, {"messages": [("user", "pay")]}, {"configurable": {"thread_id": "t"}}, mode)
@@ -160,6 +166,59 @@ def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str) -> None:
     assert saver.order == ["saved", "paid"]
     assert payments == ["5"]
     assert out["messages"][-1].content == "done"
+
+
+def test_new_input_drops_writes_no_checkpoint_holds() -> None:
+    """Why a side effect waits for its step's own checkpoint, not for the model's task's
+    writes (saved sooner, under the checkpoint before): LangGraph puts those writes back
+    when the thread resumes, but new input on the thread drops them, and the model is
+    asked again without the message that asked for the effect. Were an effect run on
+    the writes alone and the process to die before the step's checkpoint, a user who
+    writes again would get the effect planned anew, with no trace of the first."""
+
+    class DiesBeforeTheStep(InMemorySaver):
+        dead = True
+
+        def put(
+            self,
+            config: RunnableConfig,
+            checkpoint: Checkpoint,
+            metadata: CheckpointMetadata,
+            new_versions: Any,
+        ) -> RunnableConfig:
+            if self.dead and metadata.get("step") == 1:
+                raise ConnectionError("the process died before the model's step was saved")
+            return super().put(config, checkpoint, metadata, new_versions)
+
+    asked: list[str] = []
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        asked.append(f"m{len(asked)}")
+        return {"messages": [AIMessage("", id=asked[-1], tool_calls=[_pay_call(asked[-1])])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_node("tools", lambda state: {})
+    builder.add_edge(START, "model")
+    builder.add_edge("model", "tools")
+    outcomes = []
+    for then in ("resume", "new input"):
+        saver, asked[:] = DiesBeforeTheStep(), []
+        app = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "t"}}
+        with pytest.raises(ConnectionError):
+            app.invoke({"messages": [("user", "pay")]}, config, durability="sync")
+        [task] = app.get_state(config).tasks
+        assert (task.name, bool(task.result)) == ("model", True)  # its writes were saved
+        saver.dead = False
+        out = app.invoke(None if then == "resume" else {"messages": [("user", "hi")]}, config)
+        outcomes.append([m.id for m in out["messages"] if isinstance(m, AIMessage)])
+
+    assert outcomes == [["m0"], ["m1"]]  # resumed: reapplied; new input: asked anew
+
+
+def _pay_call(call_id: str) -> ToolCall:
+    return ToolCall(name="pay", args={"amount": 5}, id=call_id, type="tool_call")
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
