@@ -27,6 +27,11 @@ calls, the tools answering, the agent answering: 2 side-effecting calls per turn
    (``time.process_time``; a CPU-bound process's throughput goes as its inverse), and
    per ledger statement on the async store's pool (a claim, an outcome, and a bare
    ``SELECT 1`` for psycopg's own floor).
+5. The floor (``--part floor``, not in the default run): what A's sync clean turn would
+   cost without each of its pieces, interleaved with A, B and C. Ablations, not
+   configurations (each drops a safety the package keeps): A without its outcome write
+   (the intent stays pending), A without the wait for its step's save, and A with
+   neither, which keeps only the durable claim before the effect.
 
 Run it from the repository root::
 
@@ -34,6 +39,7 @@ Run it from the repository root::
     python benchmarks/postgres_path.py --quick    # smoke run, ~1 min
     python benchmarks/postgres_path.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
     python benchmarks/postgres_path.py --json path.json
+    python benchmarks/postgres_path.py --part floor   # the ablations (~3 min)
 
 The DSN must allow ``CREATE DATABASE``. Exit status 0 whether or not the targets
 are met (the tables say which); non-zero only on errors.
@@ -70,7 +76,9 @@ from psycopg import conninfo, pq, sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
+from langgraph_resilience.core.effects import IdempotencyRecord
 from langgraph_resilience.core.redaction import redact
+from langgraph_resilience.graph import call_effect
 from langgraph_resilience.stores.breakers import (
     AsyncPostgresBreakerStore,
     InMemoryBreakerStore,
@@ -348,6 +356,90 @@ async def _aflush(*stores: Any) -> None:
             await flush()
 
 
+# ------------------------------------------------------------------ part 5: the floor
+
+
+class _OutcomeFree(PostgresIdempotencyStore):
+    """An ablation: the outcome of an effect is not written (its intent stays pending)."""
+
+    def record_outcome(self, key: str, result: Any, *, status: Any = "done") -> Any:
+        return IdempotencyRecord(key=key, status=status, result=result)
+
+
+_NO_WAIT: set[str] = set()
+"""Graphs (by name) whose side effects do not wait for their step's save (an ablation)."""
+
+
+def _step_to_save(config: Any, tool: str) -> Any:
+    graph = config.get("metadata", {}).get("lgr_bench_graph")
+    return None if graph in _NO_WAIT else _STEP_TO_SAVE(config, tool)
+
+
+_STEP_TO_SAVE = call_effect.step_to_save
+
+FLOOR = {
+    "A": "A (add_resilience, Postgres ledger and breakers)",
+    "A-outcome": "A without its outcome write",
+    "A-wait": "A without the wait for its step's save",
+    "A-outcome-wait": "A with the durable claim only",
+    "C": "C (in-memory ledger and breakers)",
+}
+
+
+def floor(dsn: str, sizes: Sizes) -> dict[str, Any]:
+    """A's sync clean turn without each of its pieces, interleaved with A, B and C: the
+    ratio of medians over B for each."""
+    call_effect.step_to_save = _step_to_save
+    try:
+        with _pool(dsn, 4) as saver_conn, _pool(dsn, 4) as stores:
+            saver = PostgresSaver(saver_conn)
+            saver.setup()
+            ledger, free = PostgresIdempotencyStore(stores), _OutcomeFree(stores)
+            breakers = PostgresBreakerStore(stores)
+            ledger.setup()
+            breakers.setup()
+            graphs = {
+                "B": build_plain(saver),
+                "C": build_resilient(saver, InMemoryIdempotencyStore(), InMemoryBreakerStore()),
+                "A": build_resilient(saver, ledger, breakers),
+                "A-outcome": build_resilient(saver, free, breakers),
+                "A-wait": build_resilient(saver, ledger, breakers),
+                "A-outcome-wait": build_resilient(saver, free, breakers),
+            }
+            _NO_WAIT.update({"A-wait", "A-outcome-wait"})
+            names = list(graphs)
+            wall: dict[str, list[float]] = {name: [] for name in names}
+            for i in range(sizes.warmup_pairs + sizes.pairs):
+                order = names if i % 2 == 0 else names[::-1]
+                for name in order:
+                    elapsed = _tagged_turn(graphs[name], name)
+                    if i >= sizes.warmup_pairs:
+                        wall[name].append(elapsed)
+            _flush(ledger, breakers)
+    finally:
+        call_effect.step_to_save = _STEP_TO_SAVE
+        _NO_WAIT.clear()
+    b = wall["B"]
+    return {
+        "turns_each": len(b),
+        "B_ms": statistics.median(b) * 1e3,
+        "ratios": {name: _ratio(wall[name], b) for name in FLOOR},
+    }
+
+
+def _tagged_turn(graph: Any, name: str) -> float:
+    """One clean turn whose config names the graph (for the wait ablation)."""
+    config = {
+        "configurable": {"thread_id": uuid.uuid4().hex},
+        "metadata": {"lgr_bench_graph": name},
+    }
+    start = time.perf_counter()
+    result = graph.invoke({"messages": [HumanMessage(PROMPT)]}, config)
+    elapsed = time.perf_counter() - start
+    _check(result)
+    return elapsed
+
+
 # ------------------------------------------------------------------ part 2: round trips
 
 
@@ -561,7 +653,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN (CREATE DATABASE)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument(
-        "--part", choices=("turn", "trips", "throughput", "cpu"), action="append", help="only these"
+        "--part",
+        choices=("turn", "trips", "throughput", "cpu", "floor"),
+        action="append",
+        help="only these (floor: not in the default run)",
     )
     parser.add_argument(
         "--deferred", action="store_true", help="A's ledger defers outcomes (off by default)"
@@ -613,6 +708,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             per = ", ".join(f"{k} {v:.3f} ms" for k, v in cpu["statement_cpu_ms"].items())
             print(f"client CPU per ledger statement: {per}")
+        if "floor" in parts:
+            found = floor(dsn, sizes)
+            results["floor"] = found
+            print(f"the floor: sync clean turn over plain ({found['B_ms']:.2f} ms), ablations")
+            for name, label in FLOOR.items():
+                r = found["ratios"][name]
+                low, high = r["ci95"]
+                print(f"  {r['ratio']:.3f}x ({low:.3f}-{high:.3f})  {label}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=2)
