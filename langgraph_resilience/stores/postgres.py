@@ -431,11 +431,11 @@ _SAGA_DDL = (
     "CREATE INDEX IF NOT EXISTS lgr_saga_thread_idx ON lgr_saga (thread_id, seq)",
 )
 
-_OUTCOME = f"""
+_OUTCOME = """
 UPDATE lgr_idempotency
 SET status = %(status)s, result = %(result)s::jsonb, updated_at = now()
-{{commit_mode}}WHERE key = %(key)s AND status = 'pending'
-RETURNING {COLUMNS}
+{commit_mode}WHERE key = %(key)s AND status = 'pending'
+RETURNING key
 """
 
 # One batch of `purge`: completed rows older than the retention, oldest first, through
@@ -474,15 +474,23 @@ _RECORD_FIELDS = COLUMNS.split(", ")
 _AGE = "EXTRACT(EPOCH FROM clock_timestamp() - updated_at)::float8 AS age_s"
 """A record's age on the server's clock: no skew between the workers' clocks."""
 _ENTRY_FIELDS = SAGA_COLUMNS.split(", ")
+_NO_RECORD = (
+    "NULL::text AS tool, NULL::text AS thread_id, NULL::jsonb AS args, "
+    "'pending'::text AS status, NULL::jsonb AS result, NULL::timestamptz AS created_at, "
+    "NULL::timestamptz AS updated_at, NULL::text AS fingerprint, NULL::float8 AS age_s"
+)
+"""The columns after ``key`` of `COLUMNS` and ``age_s``, empty: a new intent's row in a
+claim that returns whole siblings (its caller knows the intent it wrote). Named: the
+first branch of a ``UNION`` names the columns of every row."""
 
 DIALECT = LedgerDialect(
     # The intent: one durable round trip for a new key. A key that exists returns no
     # row, and the claim script reads it (a second round trip, only on a replay).
-    intent=f"""
+    intent="""
         INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
         VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s)
         ON CONFLICT (key) DO NOTHING
-        RETURNING {COLUMNS}
+        RETURNING key
     """,
     # The intent and the thread's other pending intents of its fingerprint (what the
     # exactly-once flow reconciles before a new effect runs), in one round trip: the
@@ -492,9 +500,9 @@ DIALECT = LedgerDialect(
             INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
             VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s)
             ON CONFLICT (key) DO NOTHING
-            RETURNING {COLUMNS}
+            RETURNING key
         )
-        SELECT 'new' AS lgr_kind, {COLUMNS}, NULL::float8 AS age_s FROM new
+        SELECT 'new' AS lgr_kind, key, {_NO_RECORD} FROM new
         UNION ALL
         SELECT 'sibling' AS lgr_kind, {COLUMNS}, {_AGE} FROM lgr_idempotency
         WHERE thread_id = %(thread_id)s AND fingerprint = %(fingerprint)s
@@ -511,11 +519,11 @@ DIALECT = LedgerDialect(
     ),
     # An outcome for a key with no intent (never claimed, or released): inserted,
     # unless another writer got there first.
-    outcome_insert=f"""
+    outcome_insert="""
         INSERT INTO lgr_idempotency (key, status, result)
         VALUES (%(key)s, %(status)s, %(result)s::jsonb)
         ON CONFLICT (key) DO NOTHING
-        RETURNING {COLUMNS}
+        RETURNING key
     """,
     unresolved=(
         f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "

@@ -18,6 +18,7 @@ import atexit
 import collections
 import dataclasses
 import datetime as dt
+import json
 import threading
 import time
 import weakref
@@ -79,14 +80,16 @@ class LedgerDialect:
     """
 
     intent: str
-    """Insert the intent unless the key exists; return the new row (or none)."""
+    """Insert the intent unless the key exists; return the new row's key (or no row).
+    The writes of the hot path return the key only: the caller knows the rest, and
+    a driver pays for every column it reads back (a JSON parse for ``args``)."""
     get: str
     outcome: str
-    """Record the outcome of a pending intent, committed durably."""
+    """Record the outcome of a pending intent, committed durably; return its key."""
     relaxed_outcome: str
     """The same, not waiting for its commit to be flushed (see ``sync_outcomes``)."""
     outcome_insert: str | None
-    """An outcome for a key with no intent, when `outcome` does not insert one."""
+    """An outcome for a key with no intent, when `outcome` does not insert one (its key)."""
     unresolved: str
     for_thread: str
     release: str
@@ -98,8 +101,9 @@ class LedgerDialect:
     """How many rows a `purge` batch deleted, from the rows it returned."""
     intent_unresolved: str | None = None
     """`intent` and, in the same round trip, the thread's other pending intents of the
-    same fingerprint: rows tagged ``lgr_kind`` (``new``: the intent written;
-    ``sibling``: a pending one). None: the claim and `unresolved` are two statements."""
+    same fingerprint: rows tagged ``lgr_kind`` (``new``: the intent written, its key;
+    ``sibling``: a pending one, whole). None: the claim and `unresolved` are two
+    statements."""
 
 
 def _lost_claim(key: str) -> RuntimeError:
@@ -425,26 +429,35 @@ class SqlIdempotencyStore:
     ) -> Flow[Claim]:
         """The intent (``new``), else the record already there (``pending``/``done``)."""
         dialect = self._dialect
+        args = values.audited(args_json)
         params = {
             "key": key,
             "tool": tool,
             "thread_id": thread_id,
-            "args": values.audit_args(args_json),
+            "args": values.json_text(args, what="args"),
             "fingerprint": fingerprint,
         }
+        # what the intent holds, known here: the statement returns its key only
+        intent = IdempotencyRecord(
+            key=key,
+            status="pending",
+            tool=tool,
+            thread_id=thread_id,
+            args=args,
+            fingerprint=fingerprint,
+        )
         together = dialect.intent_unresolved if fingerprint is not None else None
         for _ in range(_CLAIM_RETRIES):
             if together is not None:
                 rows = yield self._run(together, params)
-                new = [row for row in rows if row["lgr_kind"] == "new"]
-                if new:
+                if any(row["lgr_kind"] == "new" for row in rows):
                     found = [dialect.record_of(r) for r in rows if r["lgr_kind"] == "sibling"]
                     found.sort(key=lambda r: (r.created_at, r.key))
-                    return Claim("new", dialect.record_of(new[0]), unresolved=tuple(found))
+                    return Claim("new", intent, unresolved=tuple(found))
             else:
                 rows = yield self._run(dialect.intent, params)
                 if rows:
-                    return Claim("new", dialect.record_of(rows[0]))
+                    return Claim("new", intent)
             rows = yield self._run(dialect.get, {"key": key})
             if rows:  # else it was released since: claim again
                 return values.claim_found(dialect.record_of(rows[0]))
@@ -454,22 +467,22 @@ class SqlIdempotencyStore:
         """The outcome on the pending intent; else the recorded outcome wins; else (no
         intent at all) a new record."""
         dialect = self._dialect
-        params = {
-            "key": key,
-            "status": values.outcome_status(status),
-            "result": values.json_text(result, what="result"),
-        }
+        outcome, text = values.outcome_status(status), values.json_text(result, what="result")
+        params = {"key": key, "status": outcome, "result": text}
+        # what it records, known here (as the ledger holds it: JSON); the statement
+        # returns its key only
+        recorded = IdempotencyRecord(key=key, status=outcome, result=json.loads(text))
         for _ in range(_CLAIM_RETRIES):
             rows = yield self._run(self._outcome_sql, params)
             if rows:
-                return dialect.record_of(rows[0])
+                return recorded
             rows = yield self._run(dialect.get, {"key": key})
             if rows and rows[0]["status"] != "pending":
                 return dialect.record_of(rows[0])
             if not rows and dialect.outcome_insert is not None:
                 rows = yield self._run(dialect.outcome_insert, params)
                 if rows:
-                    return dialect.record_of(rows[0])
+                    return recorded
         raise _lost_claim(key)
 
     def _records(self, query: str, params: Mapping[str, Any]) -> Flow[list[IdempotencyRecord]]:

@@ -96,23 +96,23 @@ def _entry_of(row: sqlite3.Row) -> SagaEntry:
     return SagaEntry(int(row["seq"]), *fields, _json(row["detail"]), utc(row["at"]))
 
 
-_RECORD = f"""
+_RECORD = """
 INSERT INTO lgr_idempotency (key, status, result, created_at, updated_at)
 VALUES (:key, :status, :result, :now, :now)
 ON CONFLICT (key) DO UPDATE
     SET status = excluded.status, result = excluded.result, updated_at = excluded.updated_at
     WHERE lgr_idempotency.status = 'pending'
-RETURNING {COLUMNS}
+RETURNING key
 """
 """SQLite's outcome statement is an upsert: it also inserts a key with no intent."""
 
 DIALECT = LedgerDialect(
-    intent=f"""
+    intent="""
         INSERT INTO lgr_idempotency
             (key, tool, thread_id, args, status, created_at, updated_at, fingerprint)
         VALUES (:key, :tool, :thread_id, :args, 'pending', :now, :now, :fingerprint)
         ON CONFLICT (key) DO NOTHING
-        RETURNING {COLUMNS}
+        RETURNING key
     """,
     get=f"SELECT {COLUMNS} FROM lgr_idempotency WHERE key = :key",
     outcome=_RECORD,

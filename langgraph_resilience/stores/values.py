@@ -13,7 +13,6 @@ from langgraph_resilience.core.effects import Claim, IdempotencyRecord, OutcomeS
 from langgraph_resilience.core.redaction import redact_value
 
 __all__ = [
-    "audit_args",
     "audited",
     "check_limit",
     "claim_found",
@@ -65,11 +64,6 @@ def audited(args_json: str) -> Any:
     except ValueError:
         raise TypeError("args_json must be JSON text, e.g. canonical_args(args)") from None
     return redact_value(parsed)
-
-
-def audit_args(args_json: str) -> str:
-    """`audited`, as JSON text (what the SQL backends store)."""
-    return json.dumps(audited(args_json), ensure_ascii=False, separators=(",", ":"))
 
 
 def outcome_status(status: str) -> OutcomeStatus:

@@ -133,6 +133,34 @@ def test_claim_outcome_round_trip(pool: ConnectionPool[Any], sync_outcomes: bool
     assert replay.record.args == {"amount": 5}
 
 
+def test_the_records_a_claim_and_an_outcome_return_match_a_read(
+    pool: ConnectionPool[Any],
+) -> None:
+    """The claim and the outcome read back only the key (their caller knows the rest):
+    what they return holds the fields a read returns, args redacted, the result as
+    JSON; a claim that finds pending siblings still returns them whole."""
+    store = PostgresIdempotencyStore(pool)
+    args = '{"password":"p","user":"u"}'
+    sibling = store.claim("s", tool="login", args_json=args, thread_id="t", fingerprint="f")
+    claim = store.claim("k", tool="login", args_json=args, thread_id="t", fingerprint="f")
+    stored = store.get("k")
+    assert stored is not None
+    fields = ("key", "status", "tool", "thread_id", "args", "fingerprint")
+    assert [getattr(claim.record, f) for f in fields] == [getattr(stored, f) for f in fields]
+    assert claim.record.args == {"password": "[REDACTED]", "user": "u"}
+    assert claim.unresolved is not None
+    [found] = claim.unresolved
+    assert [getattr(found, f) for f in fields] == [getattr(sibling.record, f) for f in fields]
+    assert found.created_at is not None
+    assert found.age_s is not None
+
+    recorded = store.record_outcome("k", {"ids": (1, 2)})
+    stored = store.get("k")
+    assert stored is not None
+    assert (recorded.key, recorded.status, recorded.result) == ("k", "done", {"ids": [1, 2]})
+    assert recorded.result == stored.result
+
+
 def test_failed_outcome_release_and_thread_listing(pool: ConnectionPool[Any]) -> None:
     """A failed outcome replays as failed until released; a done one is never released."""
     store = PostgresIdempotencyStore(pool)

@@ -231,6 +231,28 @@ def test_claim_new_then_pending_then_done(ledger: IdempotencyStore) -> None:
     assert third.record.args == {"amount": 5}
 
 
+def test_what_a_claim_and_an_outcome_return_is_what_a_read_returns(
+    ledger: IdempotencyStore,
+) -> None:
+    """A new claim's record and an outcome's are built from what was written (the SQL
+    backends read back only the key): the same fields a read returns, secret-named
+    arguments redacted, the result as JSON holds it (a tuple comes back a list)."""
+    claim = ledger.claim(
+        "k", tool="login", args_json='{"password":"p","user":"u"}', thread_id="t", fingerprint="f"
+    )
+    stored = ledger.get("k")
+    assert stored is not None
+    fields = ("key", "status", "tool", "thread_id", "args", "fingerprint")
+    assert [getattr(claim.record, f) for f in fields] == [getattr(stored, f) for f in fields]
+    assert claim.record.args == {"password": "[REDACTED]", "user": "u"}
+
+    recorded = ledger.record_outcome("k", {"ids": (1, 2)})
+    stored = ledger.get("k")
+    assert stored is not None
+    assert (recorded.key, recorded.status, recorded.result) == ("k", "done", {"ids": [1, 2]})
+    assert recorded.result == stored.result
+
+
 def test_unresolved_lists_the_thread_s_pending_intents_of_one_effect(
     ledger: IdempotencyStore,
 ) -> None:
