@@ -27,8 +27,9 @@ calls, the tools answering, the agent answering: 2 side-effecting calls per turn
    (``time.process_time``; a CPU-bound process's throughput goes as its inverse), and
    per ledger statement on the async store's pool (a claim, an outcome, and a bare
    ``SELECT 1`` for psycopg's own floor).
-5. The floor (``--part floor``, not in the default run): what A's sync clean turn would
-   cost without each of its pieces, interleaved with A, B and C. Ablations, not
+5. The floor (``--part floor``, not in the default run): what A's sync clean turn, and
+   its async throughput at 1 and 32 threads, would cost without each of its pieces,
+   interleaved with A, B and C. Ablations, not
    configurations (each drops a safety the package keeps): A without its outcome write
    (the intent stays pending), A without the wait for its step's save, and A with
    neither, which keeps only the durable claim before the effect.
@@ -39,7 +40,7 @@ Run it from the repository root::
     python benchmarks/postgres_path.py --quick    # smoke run, ~1 min
     python benchmarks/postgres_path.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
     python benchmarks/postgres_path.py --json path.json
-    python benchmarks/postgres_path.py --part floor   # the ablations (~3 min)
+    python benchmarks/postgres_path.py --part floor   # the ablations (~6 min)
 
 The DSN must allow ``CREATE DATABASE``. Exit status 0 whether or not the targets
 are met (the tables say which); non-zero only on errors.
@@ -424,7 +425,83 @@ def floor(dsn: str, sizes: Sizes) -> dict[str, Any]:
         "turns_each": len(b),
         "B_ms": statistics.median(b) * 1e3,
         "ratios": {name: _ratio(wall[name], b) for name in FLOOR},
+        "throughput": asyncio.run(_async_floor(dsn, sizes)),
     }
+
+
+FLOOR_CONCURRENCY = (1, 32)
+
+
+async def _async_floor(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
+    """The same ablations as async throughput (A, B, C rounds and A's ablations
+    interleaved) at one thread, where a turn's latency counts, and at 32, where the CPU
+    does: turns/s of each over B's."""
+    call_effect.step_to_save = _step_to_save
+    _NO_WAIT.update({"A-wait", "A-outcome-wait"})
+    rows = []
+    try:
+        async with _apool(dsn, 20) as saver_pool, _apool(dsn, 10) as stores:
+            saver = AsyncPostgresSaver(saver_pool)
+            await saver.setup()
+            ledger, free = AsyncPostgresIdempotencyStore(stores), _AsyncOutcomeFree(stores)
+            breakers = AsyncPostgresBreakerStore(stores)
+            await ledger.setup()
+            await breakers.setup()
+            graphs = {
+                "B": build_plain(saver),
+                "C": build_resilient(saver, InMemoryIdempotencyStore(), InMemoryBreakerStore()),
+                "A": build_resilient(saver, ledger, breakers),
+                "A-outcome": build_resilient(saver, free, breakers),
+                "A-wait": build_resilient(saver, ledger, breakers),
+                "A-outcome-wait": build_resilient(saver, free, breakers),
+            }
+            names = list(graphs)
+            for threads in FLOOR_CONCURRENCY:
+                for name in names:  # warm-up
+                    await _tagged_round(graphs[name], name, threads, 1)
+                rates: dict[str, list[float]] = {name: [] for name in names}
+                for i in range(sizes.rounds):
+                    for name in names if i % 2 == 0 else names[::-1]:
+                        rate = await _tagged_round(
+                            graphs[name], name, threads, sizes.turns_per_thread
+                        )
+                        rates[name].append(rate)
+                b = statistics.median(rates["B"])
+                rows.append(
+                    {
+                        "threads": threads,
+                        "B_turns_s": b,
+                        "ratios": {name: statistics.median(rates[name]) / b for name in FLOOR},
+                    }
+                )
+            await _aflush(ledger, breakers)
+    finally:
+        call_effect.step_to_save = _STEP_TO_SAVE
+        _NO_WAIT.clear()
+    return rows
+
+
+class _AsyncOutcomeFree(AsyncPostgresIdempotencyStore):
+    """`_OutcomeFree` for the async graphs."""
+
+    async def arecord_outcome(self, key: str, result: Any, *, status: Any = "done") -> Any:
+        return IdempotencyRecord(key=key, status=status, result=result)
+
+
+async def _tagged_round(graph: Any, name: str, threads: int, turns: int) -> float:
+    """`_round` with each turn's config naming its graph (`_tagged_turn`)."""
+
+    async def worker() -> None:
+        for _ in range(turns):
+            config = {
+                "configurable": {"thread_id": uuid.uuid4().hex},
+                "metadata": {"lgr_bench_graph": name},
+            }
+            _check(await graph.ainvoke({"messages": [HumanMessage(PROMPT)]}, config))
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(threads)))
+    return threads * turns / (time.perf_counter() - start)
 
 
 def _tagged_turn(graph: Any, name: str) -> float:
@@ -716,6 +793,10 @@ def main(argv: list[str] | None = None) -> int:
                 r = found["ratios"][name]
                 low, high = r["ci95"]
                 print(f"  {r['ratio']:.3f}x ({low:.3f}-{high:.3f})  {label}")
+            for row in found["throughput"]:
+                print(f"  async throughput over plain, {row['threads']} threads:")
+                for name, label in FLOOR.items():
+                    print(f"    {row['ratios'][name]:.3f}x  {label}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=2)
