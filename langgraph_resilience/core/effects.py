@@ -430,7 +430,8 @@ class IdempotencyStore(Protocol):
     def claim(
         self, key: str, *, tool: str, args_json: str, thread_id: str, fingerprint: str | None = None
     ) -> Claim:
-        """Atomically write an intent for `key` unless one exists; say what was found."""
+        """Atomically write an intent for `key` unless one exists; say what was found
+        (a new intent's record holds what was written; its timestamps may be left out)."""
         ...
 
     def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
@@ -441,7 +442,8 @@ class IdempotencyStore(Protocol):
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
-        """Record the outcome of a pending intent; the first outcome recorded wins."""
+        """Record the outcome of a pending intent; the first outcome recorded wins. The
+        record returned holds at least its key, status and result (`get` reads it whole)."""
         ...
 
     def release(self, key: str) -> bool:
