@@ -374,8 +374,10 @@ def test_a_save_this_process_did_not_see_is_found_by_reading() -> None:
 
 def test_no_read_while_this_process_saves_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """While the watched save runs here, the wait reads nothing: it wakes on the save,
-    which is let through only after the wait has timed out three times."""
+    which is let through only after the wait has timed out three times (the waits are
+    short here: a fresh checkpoint's first wait is the 1 s backstop's)."""
     monkeypatch.setattr(saved_step, "_FIRST_POLL", 1e-4)
+    monkeypatch.setattr(saved_step, "_BACKSTOP", 1e-4)
     timeouts = threading.Semaphore(0)
     wait = seen_saves.Seen.wait
 
