@@ -367,8 +367,9 @@ class _OutcomeFree(PostgresIdempotencyStore):
         return IdempotencyRecord(key=key, status=status, result=result)
 
 
-_NO_WAIT: set[str] = set()
-"""Graphs (by name) whose side effects do not wait for their step's save (an ablation)."""
+_NO_WAIT = frozenset({"A-wait", "A-outcome-wait"})
+"""The graphs (by name) whose side effects do not wait for their step's save."""
+_STEP_TO_SAVE = call_effect.step_to_save
 
 
 def _step_to_save(config: Any, tool: str) -> Any:
@@ -376,7 +377,20 @@ def _step_to_save(config: Any, tool: str) -> Any:
     return None if graph in _NO_WAIT else _STEP_TO_SAVE(config, tool)
 
 
-_STEP_TO_SAVE = call_effect.step_to_save
+@contextlib.contextmanager
+def _ablated() -> Iterator[None]:
+    """While the floor runs: the graphs in `_NO_WAIT` (named by `_tagged`) skip the wait."""
+    call_effect.step_to_save = _step_to_save
+    try:
+        yield
+    finally:
+        call_effect.step_to_save = _STEP_TO_SAVE
+
+
+def _tagged(name: str) -> dict[str, Any]:
+    """A fresh thread's config that names its graph (for the wait ablation)."""
+    return {"configurable": {"thread_id": uuid.uuid4().hex}, "metadata": {"lgr_bench_graph": name}}
+
 
 FLOOR = {
     "A": "A (add_resilience, Postgres ledger and breakers)",
@@ -387,39 +401,39 @@ FLOOR = {
 }
 
 
+def _floor_graphs(saver: Any, ledger: Any, free: Any, breakers: Any) -> dict[str, Any]:
+    """B, C, A and A's ablations (`FLOOR`) on one saver; `free` is A's ledger without
+    outcome writes."""
+    return {
+        "B": build_plain(saver),
+        "C": build_resilient(saver, InMemoryIdempotencyStore(), InMemoryBreakerStore()),
+        "A": build_resilient(saver, ledger, breakers),
+        "A-outcome": build_resilient(saver, free, breakers),
+        "A-wait": build_resilient(saver, ledger, breakers),
+        "A-outcome-wait": build_resilient(saver, free, breakers),
+    }
+
+
 def floor(dsn: str, sizes: Sizes) -> dict[str, Any]:
     """A's sync clean turn without each of its pieces, interleaved with A, B and C: the
     ratio of medians over B for each."""
-    call_effect.step_to_save = _step_to_save
-    try:
-        with _pool(dsn, 4) as saver_conn, _pool(dsn, 4) as stores:
-            saver = PostgresSaver(saver_conn)
-            saver.setup()
-            ledger, free = PostgresIdempotencyStore(stores), _OutcomeFree(stores)
-            breakers = PostgresBreakerStore(stores)
-            ledger.setup()
-            breakers.setup()
-            graphs = {
-                "B": build_plain(saver),
-                "C": build_resilient(saver, InMemoryIdempotencyStore(), InMemoryBreakerStore()),
-                "A": build_resilient(saver, ledger, breakers),
-                "A-outcome": build_resilient(saver, free, breakers),
-                "A-wait": build_resilient(saver, ledger, breakers),
-                "A-outcome-wait": build_resilient(saver, free, breakers),
-            }
-            _NO_WAIT.update({"A-wait", "A-outcome-wait"})
-            names = list(graphs)
-            wall: dict[str, list[float]] = {name: [] for name in names}
-            for i in range(sizes.warmup_pairs + sizes.pairs):
-                order = names if i % 2 == 0 else names[::-1]
-                for name in order:
-                    elapsed = _tagged_turn(graphs[name], name)
-                    if i >= sizes.warmup_pairs:
-                        wall[name].append(elapsed)
-            _flush(ledger, breakers)
-    finally:
-        call_effect.step_to_save = _STEP_TO_SAVE
-        _NO_WAIT.clear()
+    with _ablated(), _pool(dsn, 4) as saver_conn, _pool(dsn, 4) as stores:
+        saver = PostgresSaver(saver_conn)
+        saver.setup()
+        ledger, free = PostgresIdempotencyStore(stores), _OutcomeFree(stores)
+        breakers = PostgresBreakerStore(stores)
+        ledger.setup()
+        breakers.setup()
+        graphs = _floor_graphs(saver, ledger, free, breakers)
+        names = list(graphs)
+        wall: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(sizes.warmup_pairs + sizes.pairs):
+            order = names if i % 2 == 0 else names[::-1]
+            for name in order:
+                elapsed = _tagged_turn(graphs[name], name)
+                if i >= sizes.warmup_pairs:
+                    wall[name].append(elapsed)
+        _flush(ledger, breakers)
     b = wall["B"]
     return {
         "turns_each": len(b),
@@ -436,10 +450,8 @@ async def _async_floor(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
     """The same ablations as async throughput (A, B, C rounds and A's ablations
     interleaved) at one thread, where a turn's latency counts, and at 32, where the CPU
     does: turns/s of each over B's."""
-    call_effect.step_to_save = _step_to_save
-    _NO_WAIT.update({"A-wait", "A-outcome-wait"})
     rows = []
-    try:
+    with _ablated():
         async with _apool(dsn, 20) as saver_pool, _apool(dsn, 10) as stores:
             saver = AsyncPostgresSaver(saver_pool)
             await saver.setup()
@@ -447,14 +459,7 @@ async def _async_floor(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
             breakers = AsyncPostgresBreakerStore(stores)
             await ledger.setup()
             await breakers.setup()
-            graphs = {
-                "B": build_plain(saver),
-                "C": build_resilient(saver, InMemoryIdempotencyStore(), InMemoryBreakerStore()),
-                "A": build_resilient(saver, ledger, breakers),
-                "A-outcome": build_resilient(saver, free, breakers),
-                "A-wait": build_resilient(saver, ledger, breakers),
-                "A-outcome-wait": build_resilient(saver, free, breakers),
-            }
+            graphs = _floor_graphs(saver, ledger, free, breakers)
             names = list(graphs)
             for threads in FLOOR_CONCURRENCY:
                 for name in names:  # warm-up
@@ -475,9 +480,6 @@ async def _async_floor(dsn: str, sizes: Sizes) -> list[dict[str, Any]]:
                     }
                 )
             await _aflush(ledger, breakers)
-    finally:
-        call_effect.step_to_save = _STEP_TO_SAVE
-        _NO_WAIT.clear()
     return rows
 
 
@@ -489,15 +491,11 @@ class _AsyncOutcomeFree(AsyncPostgresIdempotencyStore):
 
 
 async def _tagged_round(graph: Any, name: str, threads: int, turns: int) -> float:
-    """`_round` with each turn's config naming its graph (`_tagged_turn`)."""
+    """`_round` with each turn's config naming its graph (`_tagged`)."""
 
     async def worker() -> None:
         for _ in range(turns):
-            config = {
-                "configurable": {"thread_id": uuid.uuid4().hex},
-                "metadata": {"lgr_bench_graph": name},
-            }
-            _check(await graph.ainvoke({"messages": [HumanMessage(PROMPT)]}, config))
+            _check(await graph.ainvoke({"messages": [HumanMessage(PROMPT)]}, _tagged(name)))
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(threads)))
@@ -505,11 +503,8 @@ async def _tagged_round(graph: Any, name: str, threads: int, turns: int) -> floa
 
 
 def _tagged_turn(graph: Any, name: str) -> float:
-    """One clean turn whose config names the graph (for the wait ablation)."""
-    config = {
-        "configurable": {"thread_id": uuid.uuid4().hex},
-        "metadata": {"lgr_bench_graph": name},
-    }
+    """One clean turn whose config names its graph (`_tagged`)."""
+    config = _tagged(name)
     start = time.perf_counter()
     result = graph.invoke({"messages": [HumanMessage(PROMPT)]}, config)
     elapsed = time.perf_counter() - start
