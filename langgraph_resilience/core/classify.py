@@ -24,6 +24,7 @@ Users extend the table by putting their own rules first::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 import email.utils
@@ -46,6 +47,7 @@ from langchain_core.tools import ToolException
 from langgraph.errors import GraphBubbleUp
 from pydantic import ValidationError
 
+from langgraph_resilience.core.evidence import execution
 from langgraph_resilience.core.mcp import MCP_RULES
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.redaction import redact, redact_value
@@ -438,32 +440,39 @@ def _group_leaf(error: BaseException) -> BaseException | None:
     return None
 
 
-def _side_effect_adjusted(verdict: Verdict, error: BaseException) -> Verdict:
-    """On a side-effecting call a lost response means the effect may have happened."""
+def _side_effect_adjusted(
+    verdict: Verdict, chain: Sequence[BaseException], profile: ToolProfile
+) -> Verdict:
+    """A TRANSIENT failure of a side effect is retried only when the evidence says the
+    request was not processed (`core.evidence`); otherwise the effect may have
+    happened: UNKNOWN, reconciled, never repeated blindly, unless the profile says a
+    repeat is safe (`ToolProfile.safe_repeat`), in which case it stays TRANSIENT and
+    is retried under the same key."""
     if verdict.failure_class is not FailureClass.TRANSIENT:
         return verdict
     context = verdict.context
-    never_executed = (
-        context.get("status_code") in (429, 503)
-        or context.get("connection") == "refused"
-        or context.get("sent") is False  # the client says the request never left
+    said_not_executed = (
+        context.get("sent") is False  # the client says the request never left
         or context.get("reconciled") == "not_done"  # the service says it did not happen
     )
-    if never_executed:
+    if said_not_executed or execution(chain) == "refused":
         return verdict
+    context = {**context, "maybe_executed": True}
+    if profile.safe_repeat is not None:
+        return dataclasses.replace(verdict, context=context)
     return Verdict(
         FailureClass.UNKNOWN,
         "query_status",
         retriable=False,
         retry_after_ms=verdict.retry_after_ms,
-        context={**verdict.context, "maybe_executed": True},
+        context=context,
     )
 
 
 def _verdict(
-    error: BaseException, profile: ToolProfile | None, rules: Sequence[Rule]
+    chain: Sequence[BaseException], profile: ToolProfile | None, rules: Sequence[Rule]
 ) -> tuple[Verdict, BaseException]:
-    for link in _chain(error):
+    for link in chain:
         for rule in rules:
             try:
                 verdict = rule(link, profile)
@@ -471,7 +480,7 @@ def _verdict(
                 continue
             if verdict is not None:
                 return verdict, link
-    return Verdict(FailureClass.UNKNOWN, "ask_human"), error
+    return Verdict(FailureClass.UNKNOWN, "ask_human"), chain[0]
 
 
 def classify(
@@ -496,9 +505,10 @@ def classify(
     """
     if isinstance(error, GraphBubbleUp):
         raise error
-    verdict, evidence = _verdict(error, profile, rules)
+    chain = _chain(error)
+    verdict, evidence = _verdict(chain, profile, rules)
     if profile is not None and profile.side_effect:
-        verdict = _side_effect_adjusted(verdict, evidence)
+        verdict = _side_effect_adjusted(verdict, chain, profile)
     retry_after = verdict.retry_after_ms
     if retry_after is None and verdict.failure_class is FailureClass.TRANSIENT:
         retry_after = retry_after_ms(evidence, now=now)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -29,7 +29,20 @@ class ToolProfile:
 
     side_effect: bool = False
     """The tool changes the world (payment, email, order). A side-effecting call is
-    never retried blindly, and a timeout on it is UNKNOWN rather than TRANSIENT."""
+    never retried blindly: a failure that may hide a done effect (a read timeout, a
+    connection dropped after the request left) is UNKNOWN rather than TRANSIENT,
+    while one that proves the request was not processed (429, 503, a refused
+    connection) is retried under the same idempotency key."""
+
+    safe_repeat: Literal["by_key", "idempotent"] | None = None
+    """Why repeating this side effect is safe, when it is. ``"by_key"``: the service
+    deduplicates by the idempotency key the tool passes on (`current_idempotency_key`,
+    e.g. Stripe's ``Idempotency-Key``, an AWS client token, an MCP server reading
+    ``_meta``), so an effect of unknown outcome is sent again under the same key, and
+    a model's re-issue is sent under the earlier call's key. ``"idempotent"``: doing
+    it twice is doing it once (set an address, cancel an order), so it is retried like
+    a read. None: a lost answer is never repeated blindly (reconciled through
+    `status_check`, the agent, or a human)."""
 
     max_attempts: int | None = None
     """Overrides `ResiliencePolicy.max_attempts` for this tool."""
@@ -129,10 +142,20 @@ class ToolProfile:
             not all(isinstance(name, str) and name for name in self.fallbacks)
         ):
             raise ConfigurationError("ToolProfile.fallback must be a tool name or a list of names")
-        if (self.status_check is not None or self.compensate is not None) and not self.side_effect:
+        if (
+            self.status_check is not None
+            or self.compensate is not None
+            or self.safe_repeat is not None
+        ) and not self.side_effect:
             raise ConfigurationError(
-                "status_check and compensate only apply to side effects: "
+                "status_check, compensate and safe_repeat only apply to side effects: "
                 "pass side_effect=True as well"
+            )
+        if self.safe_repeat not in (None, "by_key", "idempotent"):
+            raise ConfigurationError(
+                f"ToolProfile.safe_repeat must be 'by_key' (the service deduplicates by the "
+                f"idempotency key), 'idempotent' (twice is once) or None, "
+                f"got {self.safe_repeat!r}"
             )
         if self.timeout is not None:
             object.__setattr__(self, "timeout", seconds(self.timeout, field="timeout"))
