@@ -163,6 +163,9 @@ if TYPE_CHECKING:
         ResilienceState,
         merge_ledger,
     )
+    from langgraph_resilience.graph.status_checks import (
+        status_from,
+    )
     from langgraph_resilience.graph.tools import (
         GuardedToolNode,
         OutcomeUnknownError,
@@ -301,6 +304,7 @@ _HOMES: dict[str, str] = {
     "route_after_executor": "langgraph_resilience.graph.planner",
     "RepairNode": "langgraph_resilience.graph.repair",
     "RetryNode": "langgraph_resilience.graph.retry",
+    "status_from": "langgraph_resilience.graph.status_checks",
     "next_step": "langgraph_resilience.graph.router",
     "route_after_agent": "langgraph_resilience.graph.router",
     "Ledger": "langgraph_resilience.graph.state",
@@ -466,6 +470,7 @@ __all__ = [
     "route_after_executor",
     "settle_stale",
     "shared_postgres",
+    "status_from",
     "task_failure",
     "thread_lock",
     "thread_status",

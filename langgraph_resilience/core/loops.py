@@ -9,12 +9,15 @@ failing ``threshold`` times is. Two patterns are loops:
 
 - repeat: the call would be the ``threshold + 1``-th identical answered one in the
   task, or follows ``threshold`` failures of it handed back to the agent;
-- alternating: the agent's last calls were A, B, A and this one is B (A != B).
+- alternating: the agent's last calls were A, B, A and this one is B (A != B),
+  unless B's failure was handed back: re-issuing a write whose answer was lost after
+  reading the world (read, write, read, write) is an agent at work, not a stuck one,
+  and B's own failure count still bounds it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 __all__ = ["RECENT_WINDOW", "LoopKind", "detect_loop"]
@@ -32,18 +35,21 @@ def detect_loop(
     recent: Sequence[str],
     threshold: int,
     failures: int = 0,
+    failed: Mapping[str, int] | None = None,
 ) -> LoopKind | None:
     """Return the loop this call would close, or None.
 
     `count` is how many calls with this key the task issued (less those handed back
     as failed), `failures` how many of its calls' failures the agent was handed,
-    `recent` the last issued keys in order (oldest first; only the last three count).
-    Scalars, not the task's maps: the tools step asks this for every call it plans.
+    `recent` the last issued keys in order (oldest first; only the last three count),
+    `failed` the task's handed-back failures by key (read only when the calls
+    alternate). Scalars first: the tools step asks this for every call it plans.
 
     >>> detect_loop("a", count=2, recent=[], threshold=2)
     'repeat'
     >>> detect_loop("b", count=1, recent=["a", "b", "a"], threshold=2)
     'alternating'
+    >>> detect_loop("b", count=0, recent=["a", "b", "a"], threshold=2, failed={"b": 1})
     >>> detect_loop("c", count=0, recent=["a", "b", "a"], threshold=2)
     """
     if count >= threshold or failures >= threshold:
@@ -51,5 +57,6 @@ def detect_loop(
     if len(recent) >= 3:
         a, b, a2 = recent[-3:]
         if a == a2 and a != b and key == b:
-            return "alternating"
+            retried = failed is not None and failed.get(key, 0) > 0
+            return None if retried else "alternating"
     return None

@@ -8,21 +8,41 @@ context, so it can hand them to the service it calls.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import dataclasses
+import random
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.classify import Rule, classify
+from langgraph_resilience.core.decide import retry_wait
 from langgraph_resilience.core.effects import effect_identity, item_idempotency_key
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
+from langgraph_resilience.errors import FailureClass
+from langgraph_resilience.graph.answers import tool_error_of
 from langgraph_resilience.graph.exactly_once import Effect, effect_context
 from langgraph_resilience.graph.in_flight import executing
 from langgraph_resilience.graph.saved_step import step_to_save
 from langgraph_resilience.graph.step_scope import STEP, StepScope
 
-__all__ = ["ascoped", "effect_of", "scoped"]
+__all__ = ["EffectReading", "ascoped", "effect_of", "looked_since_unknown", "messages_of", "scoped"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EffectReading:
+    """What a side effect's flow needs of its node beyond the call: which tools are
+    reads (how the agent looks at the world), and how a failed status check, a read
+    too, is retried."""
+
+    is_read: Callable[[str], bool]
+    policy: ResiliencePolicy
+    rng: random.Random
+    rules: Sequence[Rule]
+    messages_key: str
 
 
 def effect_of(
@@ -30,8 +50,8 @@ def effect_of(
     request: ToolCallRequest,
     step: StepScope,
     profile: ToolProfile,
+    reading: EffectReading,
     *,
-    policy: ResiliencePolicy,
     grace: float,
 ) -> Effect | None:
     """The idempotency key and claim arguments of a side-effecting call (None when the
@@ -41,12 +61,33 @@ def effect_of(
         return None
     config = getattr(getattr(request, "runtime", None), "config", None) or {}
     thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
-    call_id, batch, noise = call["id"] or "", step.batch, policy.noise_fields
+    call_id, batch, noise = call["id"] or "", step.batch, reading.policy.noise_fields
     args = call["args"]
     slot = batch.slots.get(call_id, call_id)
     key, fingerprint, args_json = effect_identity(
         call["name"], args, thread_id=thread_id, call_identity=slot, noise_fields=noise
     )
+
+    def looked() -> bool:
+        history = messages_of(request, reading.messages_key)[: batch.ai_index]
+        same = call_key(call["name"], args, noise_fields=noise)
+        return looked_since_unknown(history, same, is_read=reading.is_read, noise=noise)
+
+    def check_wait(error: BaseException, attempts: int) -> float | None:
+        envelope = classify(error, tool=call["name"], rules=reading.rules)  # a read's rules
+        if not envelope.retriable:
+            return None
+        limit = profile.max_attempts or reading.policy.max_attempts
+        wait = retry_wait(
+            envelope,
+            attempts=attempts,
+            max_attempts=limit,
+            remaining=None,
+            policy=reading.policy,
+            rng=reading.rng,
+        )
+        return None if isinstance(wait, str) else wait
+
     return Effect(
         step.ledger,
         key,
@@ -60,8 +101,62 @@ def effect_of(
         told_before=batch.told_before(),
         told_now=batch.told_now(),
         grace=grace,
+        looked=looked,
+        check_wait=check_wait,
         saved_step=step_to_save(config, call["name"]),
     )
+
+
+def messages_of(request: ToolCallRequest, messages_key: str) -> list[Any]:
+    """The messages of the state a call runs in (a dict, or a state object)."""
+    state = getattr(request, "state", None)
+    found = (
+        state.get(messages_key) if isinstance(state, dict) else getattr(state, messages_key, None)
+    )
+    return list(found) if isinstance(found, list) else []
+
+
+def looked_since_unknown(
+    messages: Sequence[BaseMessage],
+    key: str,
+    *,
+    is_read: Callable[[str], bool],
+    noise: frozenset[str] | Sequence[str],
+) -> bool:
+    """Whether, in the current task, the agent was told that a call with this `key`
+    (tool + canonical arguments) has an unknown outcome and has since read the world:
+    a read tool it called after that answer (in a later assistant message) answered
+    without error. A later "unknown" answer for the same call starts over, so every
+    re-issue must be preceded by its own look.
+
+    `messages` ends before the assistant message that re-issues the call."""
+    start = next(
+        (i + 1 for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], HumanMessage)),
+        0,
+    )
+    told_at: int | None = None
+    looked = False
+    asked_at = 0
+    calls: dict[str, ToolCall] = {}
+    for index in range(start, len(messages)):
+        message = messages[index]
+        if isinstance(message, AIMessage):
+            calls = {c["id"] or "": c for c in message.tool_calls}
+            asked_at = index
+            continue
+        if not isinstance(message, ToolMessage):
+            continue
+        call = calls.get(message.tool_call_id)
+        if call is None:
+            continue
+        if message.status == "error":
+            error = tool_error_of(message)
+            unknown = error is not None and error.failure_class is FailureClass.UNKNOWN
+            if unknown and call_key(call["name"], call["args"], noise_fields=noise) == key:
+                told_at, looked = index, False
+        elif told_at is not None and asked_at > told_at and is_read(call["name"]):
+            looked = True
+    return looked
 
 
 def _item_keys(call: ToolCall, effect: Effect) -> tuple[str, ...] | None:

@@ -18,6 +18,7 @@ import contextvars
 import dataclasses
 import inspect
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from langgraph_resilience.errors import (
 from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.graph.in_flight import Settled, asettle, settle
 from langgraph_resilience.graph.saved_step import SavedStep, await_saved, wait_saved
+from langgraph_resilience.graph.status_checks import StatusCheck
 from langgraph_resilience.stores.effect_ledger import EffectLedger
 from langgraph_resilience.stores.fencing import acheck_fence, check_fence
 
@@ -163,6 +165,14 @@ class Effect:
     outcome has since been recorded is answered from it."""
     grace: float = 0.0
     """How long an abandoned attempt may still be running (the tool's timeout)."""
+    looked: Callable[[], bool] = lambda: False
+    """Whether the agent, told an identical earlier call's outcome is unknown, has since
+    read the world (a successful read tool call after that answer): its re-issue is
+    then informed and runs, under the earlier call's key; a blind one does not."""
+    check_wait: Callable[[BaseException, int], float | None] = lambda error, attempts: None
+    """How long to wait before asking ``status_check`` again after it failed with
+    `error` on its `attempts`-th try (None: give up): a check is a read, retried
+    within the call's attempts."""
     saved_step: SavedStep | None = None
     """The checkpoint the call's step runs from, to wait for before a first run
     (`langgraph_resilience.graph.saved_step`); None when nothing is to be waited for."""
@@ -173,10 +183,12 @@ class Run:
     """What the flow needs from the node: running the tool, and two judgements of its
     outcome (both pure)."""
 
-    tool: Callable[[], Flow[Answer]]
-    """The tool's execution (with the effect's keys in context): its answer."""
+    tool: Callable[[str], Flow[Answer]]
+    """The tool's execution under an idempotency key (in context for the tool): its
+    answer. An MCP ``isError`` answer is raised, as the service's refusal."""
     maybe_executed: Callable[[BaseException], bool]
-    """Whether a failure may hide a done effect (a lost response)."""
+    """Whether a failure may hide a done effect (a lost response): the evidence of
+    execution (`core.evidence`), not the failure's class."""
     broken_contract: Callable[[Answer], OutputValidationError | None]
     """The output-contract failure of an answer, or None when it is usable."""
 
@@ -195,16 +207,29 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
     action = claim_action(claim, can_check_status=can_check)
     if action == "replay":
         return replayed(call, claim.record.result, effect.key)
-    if action == "unknown" and effect.approved:
-        action = "execute"  # nothing can be asked; a human vouched for running it
-    if action == "unknown":
+    key = effect.key
+    if action == "unknown" and (effect.approved or effect.profile.safe_repeat):
+        # nothing can be asked, but a repeat is safe (the service deduplicates by the
+        # key, it is idempotent) or a human vouched for it: send it again
+        key = yield from _resent_key(effect)
+    elif action == "unknown":
         raise OutcomeUnknownError(effect.key)
-    if action == "check_status":
+    elif action == "check_status":
         reconciled = yield from _reconcile_own(call, effect, claim.record)
+        if reconciled is not None:
+            return reconciled
     else:
-        reconciled = yield from _reconcile_earlier(call, effect, claim.unresolved)
-    if reconciled is not None:
-        return reconciled
+        earlier = yield from _reconcile_earlier(call, effect, claim.unresolved)
+        if isinstance(earlier, ToolMessage):
+            return earlier
+        key = earlier
+    return (yield from _send(call, effect, key, run))
+
+
+def _send(call: ToolCall, effect: Effect, key: str, run: Run) -> Flow[Answer]:
+    """Run the claimed effect once, under `key` (its own, or the key of the earlier
+    identical call it repeats), once its step is saved and its fence holds; record
+    what happened under both keys."""
     try:
         if effect.saved_step is not None:
             yield Call(wait_saved, await_saved, (effect.saved_step, call["name"]))
@@ -213,37 +238,69 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
         yield from _release(effect, effect.key)  # claimed, never run: run it afresh
         raise
     try:
-        answer: Answer = yield from run.tool()
+        answer: Answer = yield from run.tool(key)
     except GraphBubbleUp:
         yield from _release(effect, effect.key)  # paused before the effect: run it afresh
         raise
     except Exception as exc:
-        if not run.maybe_executed(exc):
+        if not run.maybe_executed(exc):  # refused, or a definite answer: not done
             yield from _release(effect, effect.key)
         raise
-    return (yield from _settle_answer(call, effect, answer, run))
+    return (yield from _settle_answer(call, effect, key, answer, run))
 
 
-def _settle_answer(call: ToolCall, effect: Effect, answer: Answer, run: Run) -> Flow[Answer]:
+def _settle_answer(
+    call: ToolCall, effect: Effect, key: str, answer: Answer, run: Run
+) -> Flow[Answer]:
     """Record what ran; an unusable answer of an effect that ran is as if lost."""
     broken = run.broken_contract(answer)
     if broken is not None:
         if effect.profile.status_check is None:
             raise OutputValidationError(broken.problems, effect_unknown=True) from broken
-        status = yield _status(effect, effect.key)
+        status: EffectStatus = yield from _status(effect, key)
         if not status.done:
             yield from _release(effect, effect.key)
             raise broken  # SEMANTIC: fixing the call cannot do the effect twice
-        yield from _record(effect, effect.key, _jsonable(status.result))
-        return replayed(call, status.result, effect.key, reconciled=True)
-    yield from _record_behind(effect, outcome_of(answer))
-    if effect.profile.compensate is not None:
-        saga = effect.ledger.saga
-        kwargs = {"key": effect.key, "tool": call["name"], "action": "effect", "status": "done"}
-        yield from ledger_op(
-            effect, "saga", Call(saga.append, saga.aappend, (effect.thread_id,), kwargs)
-        )
+        yield from _settled(call, effect, (key, effect.key), status.result)
+        return replayed(call, status.result, key, reconciled=True)
+    outcome = outcome_of(answer)
+    if key != effect.key:  # it repeated an earlier call: that intent is answered too
+        yield from _record(effect, key, outcome)
+    yield from _record_behind(effect, outcome)
+    yield from _saga(call, effect, key)
     return answer
+
+
+def _settled(call: ToolCall, effect: Effect, keys: Sequence[str], result: Any) -> Flow[None]:
+    """An effect found done by asking its service: its outcome under each key, and its
+    saga entry (it happened, so an abandoned plan compensates it like any other)."""
+    for key in dict.fromkeys(keys):
+        yield from _record(effect, key, storable(result))
+    yield from _saga(call, effect, keys[0])
+
+
+def _saga(call: ToolCall, effect: Effect, key: str) -> Flow[None]:
+    """A compensable effect that happened enters the thread's saga log."""
+    if effect.profile.compensate is None:
+        return
+    saga = effect.ledger.saga
+    kwargs = {"key": key, "tool": call["name"], "action": "effect", "status": "done"}
+    yield from ledger_op(
+        effect, "saga", Call(saga.append, saga.aappend, (effect.thread_id,), kwargs)
+    )
+
+
+def _resent_key(effect: Effect) -> Flow[str]:
+    """The key a repeat of this call's own unknown effect is sent under: for a service
+    that deduplicates by key, the oldest unresolved intent of the same effect (an
+    earlier call this one repeated, before a crash); else its own."""
+    if effect.profile.safe_repeat != "by_key":
+        return effect.key
+    store = effect.ledger.idempotency
+    unresolved = Call(store.unresolved, store.aunresolved, (effect.thread_id, effect.fingerprint))
+    found: Sequence[IdempotencyRecord] = yield from ledger_op(effect, "siblings", unresolved)
+    earlier = _siblings(found, effect)
+    return earlier[0].key if earlier else effect.key
 
 
 def _reconcile_own(
@@ -263,9 +320,9 @@ def _reconcile_own(
         claim: Claim = yield from ledger_op(effect, "claim", _claim(call, effect))
         if claim_action(claim, can_check_status=True) == "replay":
             return replayed(call, claim.record.result, effect.key)
-    status: EffectStatus = yield _status(effect, effect.key)
+    status: EffectStatus = yield from _status(effect, effect.key)
     if status.done:
-        yield from _record(effect, effect.key, _jsonable(status.result))
+        yield from _settled(call, effect, (effect.key,), status.result)
         return replayed(call, status.result, effect.key, reconciled=True)
     if not effect.may_execute and not effect.approved:
         yield from _release(effect, effect.key)
@@ -275,13 +332,19 @@ def _reconcile_own(
 
 def _reconcile_earlier(
     call: ToolCall, effect: Effect, known: Sequence[IdempotencyRecord] | None = None
-) -> Flow[ToolMessage | None]:
-    """Before a newly claimed effect runs: the same effect asked for by an earlier
-    call whose outcome is unknown (pending in the ledger, or told to the agent as
-    unknown in this task and recorded since). Done: this call is answered with its
-    result (and its own key records it). Not done: released, and this call runs.
-    Unknowable (no status_check, or it failed): this call does not run. `known`: the
-    pending intents the claim already returned (None: asked here)."""
+) -> Flow[ToolMessage | str]:
+    """Before a newly claimed effect runs: the same effect asked for by an earlier call
+    whose outcome is unknown (pending in the ledger, or told to the agent as unknown in
+    this task and recorded since). Returns this call's answer when the earlier effect
+    is known done, else the key to run it under.
+
+    An unknown earlier effect is resolved, in order (DESIGN.md section 5): by its
+    ``status_check`` (done: answered from it; not done: released); by a declaration
+    that a repeat is safe (``idempotent``: released; ``by_key``: sent again under the
+    earlier key, which the service deduplicates) or a human's approval; by the agent,
+    once it has looked (an informed re-issue is sent under the earlier key). A blind
+    re-issue with none of these is not run. `known`: the pending intents the claim
+    already returned (None: asked here)."""
     store = effect.ledger.idempotency
     for key in sorted(effect.told_now - {effect.key}):  # told "unknown", known by now?
         told: IdempotencyRecord | None = yield from ledger_op(
@@ -299,30 +362,38 @@ def _reconcile_earlier(
         )
         found = yield from ledger_op(effect, "siblings", unresolved)
     for sibling in _siblings(found, effect):
-        if effect.profile.status_check is None:
-            if effect.approved:  # nothing can be asked; a human vouched for running it
-                yield from _release(effect, sibling.key)
-                continue
+        checkable = effect.profile.status_check is not None
+        if effect.approved or effect.profile.safe_repeat == "idempotent":
+            yield from _release(effect, sibling.key)  # a repeat is a no-op, or vouched for
+            continue
+        resend = effect.profile.safe_repeat == "by_key" or (not checkable and effect.looked())
+        if not (checkable or resend):
             yield from _release(effect, effect.key)  # this call did not run
             raise OutcomeUnknownError(sibling.key, earlier_call=True)
-        settled: Settled = yield Call(settle, asettle, (sibling.key, effect.grace))
-        if settled == "none" and (wait := _young(sibling, effect.grace)) > 0:
-            yield Sleep(wait)  # another process's attempt may still land: let it
         try:
-            if settled == "running":
-                raise OutcomeUnknownError(sibling.key, reason=_STILL_RUNNING)
-            status: EffectStatus = yield _status(effect, sibling.key)
+            yield from _await_earlier(effect, sibling)
+            if resend:
+                return sibling.key
+            status: EffectStatus = yield from _status(effect, sibling.key)
         except OutcomeUnknownError as exc:
             yield from _release(effect, effect.key)
             reason = str(exc.context.get("reason", ""))
             raise OutcomeUnknownError(sibling.key, earlier_call=True, reason=reason) from exc
         if status.done:
-            result = _jsonable(status.result)
-            yield from _record(effect, sibling.key, result)
-            yield from _record(effect, effect.key, result)
+            yield from _settled(call, effect, (sibling.key, effect.key), status.result)
             return replayed(call, status.result, sibling.key, reconciled=True)
         yield from _release(effect, sibling.key)
-    return None
+    return effect.key
+
+
+def _await_earlier(effect: Effect, sibling: IdempotencyRecord) -> Flow[None]:
+    """Before asking about, or repeating, an earlier attempt: let one that may still be
+    on the wire land (here: until it ends; elsewhere: its tool's timeout)."""
+    settled: Settled = yield Call(settle, asettle, (sibling.key, effect.grace))
+    if settled == "running":
+        raise OutcomeUnknownError(sibling.key, reason=_STILL_RUNNING)
+    if settled == "none" and (wait := _young(sibling, effect.grace)) > 0:
+        yield Sleep(wait)
 
 
 def _young(record: IdempotencyRecord, grace: float) -> float:
@@ -352,7 +423,7 @@ def ledger_op(effect: Effect, op: str, action: Call) -> Flow[Any]:
         try:
             return (yield action)
         except Exception as exc:
-            delay = ledger_retry_delay(attempt)
+            delay = None if _refused_data(exc) else ledger_retry_delay(attempt)
             if delay is None:
                 if op not in _AFTER:
                     raise LedgerUnavailableError(op, exc) from exc
@@ -360,6 +431,13 @@ def ledger_op(effect: Effect, op: str, action: Call) -> Flow[Any]:
                 return None
             emit(Event("ledger_retry", operation=op, attempt=attempt, error=type(exc).__name__))
             yield Sleep(delay)
+
+
+def _refused_data(exc: BaseException) -> bool:
+    """The database refused the data itself (a value it cannot store): asking again
+    would get the same answer, so it is no outage to wait out."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return bool(names & {"DataError", "UnicodeError"})
 
 
 def _gave_up(op: str, effect: Effect, exc: BaseException) -> None:
@@ -418,10 +496,28 @@ def _siblings(found: Sequence[IdempotencyRecord], effect: Effect) -> list[Idempo
 # ------------------------------------------------------------------ status checks
 
 
-def _status(effect: Effect, key: str) -> Call:
-    """Ask the profile's ``status_check`` about `key`: an exception leaves the outcome
-    unknown (never a "not done"); an async check needs an async run."""
-    return Call(_ask, _aask, (effect, key))
+def _status(effect: Effect, key: str) -> Flow[EffectStatus]:
+    """Ask the profile's ``status_check`` about `key`. A check is a read: a failure is
+    retried as a read's would be, within the call's attempts (`Effect.check_wait`);
+    one that stays leaves the outcome unknown (never a "not done")."""
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            status: EffectStatus = yield Call(_ask, _aask, (effect, key))
+        except _CheckFailed as failed:
+            error = failed.__cause__ or failed
+            wait = effect.check_wait(error, attempts)
+            if wait is None:
+                raise OutcomeUnknownError(key, reason=f"status_check failed: {error}") from error
+            emit(Event("status_check_retry", key=key, attempt=attempts, delay=round(wait, 6)))
+            yield Sleep(wait)
+            continue
+        return status
+
+
+class _CheckFailed(Exception):
+    """A ``status_check`` raised (its cause): the flow decides whether to ask again."""
 
 
 def _ask(effect: Effect, key: str) -> EffectStatus:
@@ -437,14 +533,17 @@ def _ask(effect: Effect, key: str) -> EffectStatus:
 
 
 async def _aask(effect: Effect, key: str) -> EffectStatus:
-    answer = _check(effect, key)
-    if inspect.isawaitable(answer):
-        try:
+    check = effect.profile.status_check
+    try:
+        if isinstance(check, StatusCheck):
+            return await check.acheck(key, dict(effect.args))
+        answer = _check(effect, key)
+        if inspect.isawaitable(answer):
             answer = await answer
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            raise OutcomeUnknownError(key, reason=f"status_check failed: {exc}") from exc
+    except (GraphBubbleUp, _CheckFailed):
+        raise
+    except Exception as exc:
+        raise _CheckFailed() from exc
     return _effect_status(answer)
 
 
@@ -457,7 +556,7 @@ def _check(effect: Effect, key: str) -> Any:
     except GraphBubbleUp:
         raise
     except Exception as exc:
-        raise OutcomeUnknownError(key, reason=f"status_check failed: {exc}") from exc
+        raise _CheckFailed() from exc
 
 
 def _takes_args(check: Callable[..., Any]) -> bool:
@@ -484,17 +583,46 @@ def _effect_status(value: Any) -> EffectStatus:
 # ------------------------------------------------------------------ answers
 
 
-def _jsonable(value: Any) -> Any:
+def storable(value: Any) -> Any:
+    """What the ledger keeps of a result: a JSON value (else its text) without the
+    characters no database stores, NUL and lone surrogates, each replaced by U+FFFD
+    and said so in the log. A result is an effect's outcome, never an outage: a value
+    the database refuses would leave the intent pending though the effect is done."""
     try:
         json.dumps(value)
     except (TypeError, ValueError):
-        return str(value)
+        value = str(value)
+    cleaned = _cleaned(value)
+    if cleaned is not value:
+        logger.warning("a side effect's result held NUL or lone surrogates: stored replaced")
+        emit(Event("outcome_sanitized"))
+    return cleaned
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+"""NUL (PostgreSQL text and jsonb refuse it) and lone surrogates (not UTF-8)."""
+
+
+def _cleaned(value: Any) -> Any:
+    """`value` with unstorable characters replaced; the same object when it has none."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value) if _UNSTORABLE.search(value) else value
+    if isinstance(value, dict):
+        pairs = [(_cleaned(k), _cleaned(v)) for k, v in value.items()]
+        changed = any(
+            k2 is not k or v2 is not v
+            for (k, v), (k2, v2) in zip(value.items(), pairs, strict=True)
+        )
+        return dict(pairs) if changed else value
+    if isinstance(value, list):
+        items = [_cleaned(item) for item in value]
+        return items if any(a is not b for a, b in zip(value, items, strict=True)) else value
     return value
 
 
 def outcome_of(answer: Answer) -> Any:
     """What the ledger records of an answer: its content (JSON), or None for a Command."""
-    return _jsonable(answer.content) if isinstance(answer, ToolMessage) else None
+    return storable(answer.content) if isinstance(answer, ToolMessage) else None
 
 
 def replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False) -> ToolMessage:

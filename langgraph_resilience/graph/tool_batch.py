@@ -375,6 +375,7 @@ def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: st
         recent=recent,
         threshold=cfg.loop_threshold(call["name"]),
         failures=failures,
+        failed=failed,
     )
     batch.seen[key] = batch.seen.get(key, 0) + 1
     mine.append(key)

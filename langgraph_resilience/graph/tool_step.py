@@ -43,6 +43,7 @@ from langgraph_resilience.graph.state import (
     message_slot,
     read_ledger,
 )
+from langgraph_resilience.graph.status_checks import check_with
 from langgraph_resilience.graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
 
 __all__ = ["Step", "finish_step"]
@@ -456,6 +457,10 @@ def _carry_out(
         step.count("repair_needed")
         record["status"] = "repair"
     else:
+        if error.failure_class is FailureClass.UNKNOWN and "check_with" not in error.context:
+            reads = check_with(cfg.tools, cfg.profiles, record["tool"], record.get("args") or {})
+            if reads:
+                error = error.model_copy(update={"context": {**error.context, "check_with": reads}})
         _give_up(step, record, error, decision, skip=_skippable(cfg, record["tool"], error))
 
 

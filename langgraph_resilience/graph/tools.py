@@ -14,6 +14,7 @@ interception is one `core.flow` flow, driven sync by ``_wrap`` and async by
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -64,7 +65,13 @@ from langgraph_resilience.graph.answers import (
     with_coercions,
 )
 from langgraph_resilience.graph.bulkhead import BulkheadFullError
-from langgraph_resilience.graph.call_effect import ascoped, effect_of, scoped
+from langgraph_resilience.graph.call_effect import (
+    EffectReading,
+    ascoped,
+    effect_of,
+    messages_of,
+    scoped,
+)
 from langgraph_resilience.graph.exactly_once import (
     Effect,
     EffectNotDone,
@@ -187,6 +194,13 @@ class GuardedToolNode(ResilienceNode):
         _check_batch_args(self.profiles, self.tools_by_name)
         self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
         """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
+        self._reading = EffectReading(
+            is_read=self._is_read,
+            policy=self.policy,
+            rng=self.settings.rng,
+            rules=self.rules,
+            messages_key=self.messages_key,
+        )
 
     def _settings(
         self, rng: random.Random | None, can_repair: bool, can_replan: bool, can_escalate: bool
@@ -290,12 +304,12 @@ class GuardedToolNode(ResilienceNode):
         try:
             if step is not None and profile is not None and profile.side_effect:
                 grace = self.guards.timeout_for(call["name"]) or 0.0
-                effect = effect_of(call, request, step, profile, policy=self.policy, grace=grace)
+                effect = effect_of(call, request, step, profile, self._reading, grace=grace)
             if effect is None:
                 result = yield from self._attempt(call, request, run)
             else:
                 result = yield from exactly_once(
-                    call, effect, self._effect_run(call, request, effect_run(effect))
+                    call, effect, self._effect_run(call, request, effect, effect_run)
                 )
             result = _checked(self.profiles, self.guards.servers, call, result)
         except (GraphBubbleUp, *_NOT_THE_TOOLS, *_NOT_EXECUTED) as exc:
@@ -327,7 +341,7 @@ class GuardedToolNode(ResilienceNode):
         told = already_told(
             server,
             rerouted=rerouted,
-            messages=_messages_of(request, self.messages_key),
+            messages=messages_of(request, self.messages_key),
             message_id=message,
             once=self._told,
         )
@@ -338,14 +352,32 @@ class GuardedToolNode(ResilienceNode):
         return self._raised(call, refused, executed=False)
 
     def _effect_run(
-        self, call: ToolCall, request: ToolCallRequest, run: Callable[..., Call]
+        self,
+        call: ToolCall,
+        request: ToolCallRequest,
+        effect: Effect,
+        effect_run: Callable[[Effect], Callable[[ToolCallRequest], Call]],
     ) -> Run:
-        """What the exactly-once flow runs: this call's attempt, judged by this node."""
+        """What the exactly-once flow runs: this call's attempt under a given key (its
+        own, or an earlier identical call's), judged by this node."""
+
+        def tool(key: str) -> Flow[Answer]:
+            under = effect if key == effect.key else dataclasses.replace(effect, key=key)
+            answer = yield from self._attempt(call, request, effect_run(under))
+            server = self.guards.servers.get(call["name"])
+            if isinstance(answer, ToolMessage) and answer.status == "error" and server:
+                raise is_error_of(answer, server)  # the service's answer: settled below
+            return answer
+
         return Run(
-            functools.partial(self._attempt, call, request, run),
+            tool,
             functools.partial(self._maybe_executed, call),
             functools.partial(_broken_contract, self.profiles, self.guards.servers, call),
         )
+
+    def _is_read(self, tool: str) -> bool:
+        profile = self.profiles.get(tool)
+        return tool in self.tools_by_name and (profile is None or not profile.side_effect)
 
     def _failed(
         self,
@@ -375,9 +407,13 @@ class GuardedToolNode(ResilienceNode):
         return self._raised(call, exc, unreported=report, effect=effect)
 
     def _maybe_executed(self, call: ToolCall, exc: BaseException) -> bool:
-        """A lost response (timeout, 5xx other than 429/503) may hide a done effect: the
-        intent stays pending. A refusal before the effect releases the key for a retry."""
-        return bool(self._classify(call, exc).failure_class is FailureClass.UNKNOWN)
+        """A lost response (a read timeout, a connection dropped after the request left,
+        an unrecognised error from inside the tool) may hide a done effect: the intent
+        stays pending. A refusal, or the service's definite answer, releases the key."""
+        envelope = self._classify(call, exc)
+        return envelope.failure_class is FailureClass.UNKNOWN or bool(
+            envelope.context.get("maybe_executed")
+        )
 
     def _raised(
         self,
@@ -557,12 +593,3 @@ def _broken_contract(
     except OutputValidationError as exc:
         return exc
     return None
-
-
-def _messages_of(request: ToolCallRequest, messages_key: str) -> list[Any]:
-    """The messages of the state a call runs in (a dict, or a state object)."""
-    state = getattr(request, "state", None)
-    found = (
-        state.get(messages_key) if isinstance(state, dict) else getattr(state, messages_key, None)
-    )
-    return list(found) if isinstance(found, list) else []

@@ -159,11 +159,11 @@ def test_a_re_issue_after_a_lost_answer_does_not_pay_twice(runner: Runner) -> No
 
 
 def test_a_re_issue_is_answered_by_reconciling_the_earlier_call(runner: Runner) -> None:
-    """The status service was down when the answer was lost, so the agent re-issued the
-    call; now status_check(key, args) finds the payment: the re-issue is answered with it,
-    and nothing runs twice."""
+    """The status service stayed down for the call's three tries when the answer was
+    lost, so the agent re-issued the call; now status_check(key, args) finds the
+    payment: the re-issue is answered with it, and nothing runs twice."""
     bank = Bank()
-    bank.status_down = 1
+    bank.status_down = 3
     pay = FaultyTool(make_pay(bank), [Fault.timeout(after_effect=True)])
     h = build_graph(
         [pay],
@@ -189,7 +189,7 @@ def test_an_earlier_call_that_did_not_happen_is_released_and_the_re_issue_runs(
 ) -> None:
     """The status service says the earlier payment did not happen: the re-issue pays once."""
     bank = Bank()
-    bank.status_down = 1
+    bank.status_down = 3
     pay = FaultyTool(make_pay(bank), [Fault.timeout(after_effect=False)])
     h = build_graph(
         [pay],

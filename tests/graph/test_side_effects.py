@@ -226,3 +226,36 @@ def test_abort_compensates_effects_newest_first(runner: Runner) -> None:
     keys = [key for key, _ in bank.payments]
     assert bank.refunds == list(reversed(keys))
     assert [amount for _, amount in bank.payments] == [1, 2, 3]
+
+
+def test_a_reconciled_effect_is_compensated_too(runner: Runner) -> None:
+    """A charge whose answer was lost and that status_check found done enters the saga
+    like any other: an abort refunds it."""
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.timeout(after_effect=True)])
+
+    def refund(key: str, result: Any) -> str:
+        bank.refunds.append(key)
+        return "refunded"
+
+    @tool
+    def ship(order: str) -> str:
+        """Ship the order."""
+        return "shipped"
+
+    blocked = FaultyTool(ship, [Fault.status(403)])
+    h = build_graph(
+        [charge, blocked],
+        [tool_calls(("charge", {"amount": 7})), tool_calls(("ship", {"order": "o1"})), text("x")],
+        escalate=True,
+        profiles={
+            "charge": ToolProfile(side_effect=True, status_check=bank.status, compensate=refund)
+        },
+    )
+    config = h.config()
+    first = runner.invoke(h.app, {"messages": [("user", "buy")]}, config)
+    assert tool_messages(first)[0].response_metadata["resilience"]["reconciled"] is True
+
+    runner.invoke(h.app, Command(resume={"action": "abort"}), config)
+
+    assert bank.refunds == [bank.payments[0][0]]
