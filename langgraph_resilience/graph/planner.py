@@ -381,10 +381,10 @@ def _record_answers(record: dict[str, Any], messages: Sequence[AnyMessage]) -> N
     """Move each issued step whose `ToolMessage` arrived into ``done`` (with its output)
     or ``failed``."""
     answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    prefix = f"{ledger_state.PLAN_CALL_PREFIX}{record['id']}-"
+    steps = [step["id"] for step in record["plan"]["steps"]]
     done, failed, outputs = record["done"], record["failed"], record["outputs"]
     for call_id in record["issued"]:
-        step_id = call_id.removeprefix(prefix)
+        step_id = _step_of(call_id, record["id"], steps)
         message = answers.get(call_id)
         if message is None or step_id in done or step_id in failed:
             continue
@@ -395,18 +395,37 @@ def _record_answers(record: dict[str, Any], messages: Sequence[AnyMessage]) -> N
             outputs[step_id] = parsed_content(message.content)
 
 
+def plan_call_id(plan_id: int, position: int) -> str:
+    """The tool-call id of a plan's step, by its position: never the planner model's
+    own step id, which may be long or hold any character, while providers accept
+    ``[a-zA-Z0-9_-]`` and at most 40 characters (OpenAI, Anthropic).
+
+    >>> plan_call_id(3, 12)
+    'replan-3-12'
+    """
+    return f"{ledger_state.PLAN_CALL_PREFIX}{plan_id}-{position}"
+
+
+def _step_of(call_id: str, plan_id: int, steps: Sequence[str]) -> str:
+    """The step a plan call id names (an id issued before ids were positions is the
+    step's own id)."""
+    tail = call_id.removeprefix(f"{ledger_state.PLAN_CALL_PREFIX}{plan_id}-")
+    return steps[int(tail)] if tail.isdigit() and int(tail) < len(steps) else tail
+
+
 def _next_layer(record: dict[str, Any], plan: Plan) -> list[ToolCall]:
     """The calls of the steps ready now; a step whose references do not resolve fails."""
     done, failed = record["done"], record["failed"]
     known = effective_outputs(plan, record["outputs"], failed)
     issue: list[ToolCall] = []
+    positions = {step.id: index for index, step in enumerate(plan.steps)}
     for step in ready_steps(plan, done, failed):
         try:
             args = resolve_args(step.args, known)
         except PlanError:
             failed.append(step.id)
             continue
-        call_id = f"{ledger_state.PLAN_CALL_PREFIX}{record['id']}-{step.id}"
+        call_id = plan_call_id(record["id"], positions[step.id])
         issue.append(ToolCall(name=step.tool, args=args, id=call_id, type="tool_call"))
     return issue
 
