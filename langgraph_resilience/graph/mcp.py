@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import functools
 import json
 import threading
@@ -26,16 +27,21 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
+from langgraph_resilience.core.canonical import canonical_args
 from langgraph_resilience.core.classify import DEFAULT_RULES, Rule, classify
+from langgraph_resilience.core.effects import IdempotencyStore
 from langgraph_resilience.core.mcp import remote_envelope
 from langgraph_resilience.core.profile import ToolProfile
-from langgraph_resilience.errors import ConfigurationError, McpToolError
+from langgraph_resilience.errors import ConfigurationError, FailureClass, McpToolError, ToolError
+from langgraph_resilience.graph.exactly_once import current_idempotency_key, storable
+from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 
 if TYPE_CHECKING:
     from langchain_mcp_adapters.client import MultiServerMCPClient
     from mcp.server.fastmcp.tools import Tool as FastMCPTool
 
 __all__ = [
+    "IDEMPOTENCY_META",
     "SERVER_KEY",
     "ToldOnce",
     "aload_mcp_tools",
@@ -74,10 +80,16 @@ async def aload_mcp_tools(
     client: MultiServerMCPClient, *, servers: Sequence[str] | None = None
 ) -> list[BaseTool]:
     """The tools of `client`'s servers (all, or `servers`), each tagged with its server
-    and given a sync body, so sync and async graphs both run them.
+    and given a sync body, so sync and async graphs both run them. A side-effecting
+    call carries its idempotency key in the request's ``_meta``
+    (``{"idempotency_key": ...}``), which a server built with `mcp_server_tool`
+    deduplicates by: the client's own settings and interceptors still apply.
 
     >>> tools = await aload_mcp_tools(MultiServerMCPClient(connections))  # doctest: +SKIP
     """
+    # the mcp extra is optional: imported when MCP tools are loaded, never with the package
+    from langchain_mcp_adapters.tools import load_mcp_tools as load  # noqa: PLC0415
+
     names = list(client.connections) if servers is None else list(servers)
     unknown = sorted(set(names) - set(client.connections))
     if unknown:
@@ -86,8 +98,56 @@ async def aload_mcp_tools(
         )
     tools: list[BaseTool] = []
     for name in names:
-        tools.extend(tag_tool(tool, name) for tool in await client.get_tools(server_name=name))
+        loaded = await load(
+            None,
+            connection=client.connections[name],
+            callbacks=client.callbacks,
+            server_name=name,
+            tool_interceptors=[*(client.tool_interceptors or []), _KeyedCall(client)],
+            tool_name_prefix=client.tool_name_prefix,
+            handle_tool_errors=client.handle_tool_errors,
+        )
+        tools.extend(tag_tool(tool, name) for tool in loaded)
     return tools
+
+
+IDEMPOTENCY_META = "idempotency_key"
+"""The ``_meta`` field of a ``tools/call`` request that carries a side effect's key."""
+
+
+class _KeyedCall:
+    """The innermost interceptor: a side-effecting call (a key in context) is sent with
+    its key in the request's ``_meta``; any other goes on as the adapters send it.
+    The adapters open a session per call, and so does this, with the same connection
+    (headers an earlier interceptor set included)."""
+
+    def __init__(self, client: MultiServerMCPClient) -> None:
+        self.client = client
+
+    async def __call__(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        key = current_idempotency_key()
+        if key is None:
+            return await handler(request)
+        from langchain_mcp_adapters.sessions import create_session  # noqa: PLC0415
+
+        connection: dict[str, Any] = dict(self.client.connections[request.server_name])
+        if request.headers and connection.get("transport") in _HTTP_TRANSPORTS:
+            connection["headers"] = {**(connection.get("headers") or {}), **request.headers}
+        failure: BaseException | None = None
+        async with create_session(connection) as session:  # type: ignore[arg-type]
+            await session.initialize()
+            try:
+                result = await session.call_tool(
+                    request.name, request.args, meta={IDEMPOTENCY_META: key}
+                )
+            except Exception as exc:  # raised outside the session's context, as the
+                failure = exc  # adapters do: leaving it may swallow an exception
+        if failure is not None:
+            raise failure
+        return result
+
+
+_HTTP_TRANSPORTS = ("sse", "http", "streamable_http", "streamable-http")
 
 
 def load_mcp_tools(
@@ -128,8 +188,9 @@ def run_sync(awaitable: Awaitable[Any]) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(_awaited(awaitable))
+    context = contextvars.copy_context()  # the call's key and run config go along
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _awaited(awaitable)).result()
+        return pool.submit(context.run, asyncio.run, _awaited(awaitable)).result()
 
 
 # ------------------------------------------------------------------ answers
@@ -225,10 +286,22 @@ def skipped_message(call: ToolCall, server: str, tools: Sequence[str]) -> ToolMe
 
 
 def mcp_server_tool(
-    tool: BaseTool, *, profile: ToolProfile | None = None, rules: Sequence[Rule] = DEFAULT_RULES
+    tool: BaseTool,
+    *,
+    profile: ToolProfile | None = None,
+    rules: Sequence[Rule] = DEFAULT_RULES,
+    idempotency: IdempotencyStore | None = None,
 ) -> FastMCPTool:
     """`tool` as a FastMCP tool whose failures are ``isError`` results carrying our
     (redacted) envelope: a client reading it, ours or another, keeps the class.
+
+    A request whose ``_meta`` carries an idempotency key (ours send one for every side
+    effect) is run at most once per key, as Stripe runs a request per
+    ``Idempotency-Key``: a repeat gets the first result without running the tool
+    again, and one arriving while the first still runs is refused (TRANSIENT, retry
+    later). The keys live in `idempotency` (in this process by default; pass a
+    durable store to keep them across restarts). So a client may declare the tool
+    ``ToolProfile(side_effect=True, safe_repeat="by_key")``.
 
     >>> server = FastMCP("orders", tools=[mcp_server_tool(refund)])  # doctest: +SKIP
     """
@@ -236,12 +309,62 @@ def mcp_server_tool(
     from langchain_mcp_adapters.tools import to_fastmcp  # noqa: PLC0415
     from mcp.types import CallToolResult, TextContent  # noqa: PLC0415
 
-    async def run(**arguments: Any) -> Any:
-        try:
-            return await tool.ainvoke(arguments)
-        except Exception as exc:
-            envelope = classify(exc, tool=tool.name, profile=profile, rules=rules)
-            text = envelope.model_dump_json(exclude_none=True)
-            return CallToolResult(isError=True, content=[TextContent(type="text", text=text)])
+    store = idempotency if idempotency is not None else InMemoryIdempotencyStore()
 
-    return to_fastmcp(tool).model_copy(update={"fn": run})
+    def refused(error: ToolError) -> CallToolResult:
+        text = error.model_dump_json(exclude_none=True)
+        return CallToolResult(isError=True, content=[TextContent(type="text", text=text)])
+
+    async def run(lgr_context: Any = None, **arguments: Any) -> Any:
+        key = _meta_key(lgr_context)
+        if key is None:
+            return await _served(tool, arguments, profile, rules, refused)
+        claim = await store.aclaim(
+            key, tool=tool.name, args_json=canonical_args(arguments), thread_id=f"mcp:{tool.name}"
+        )
+        if claim.state == "done":
+            return claim.record.result
+        if claim.state == "pending":
+            return refused(_in_progress(tool.name))
+        result = await _served(tool, arguments, profile, rules, refused)
+        if isinstance(result, CallToolResult):
+            await store.arelease(key)  # failed: the next request with the key runs it
+        else:
+            await store.arecord_outcome(key, storable(result))
+        return result
+
+    served = to_fastmcp(tool)
+    return served.model_copy(update={"fn": run, "context_kwarg": "lgr_context"})
+
+
+async def _served(
+    tool: BaseTool,
+    arguments: dict[str, Any],
+    profile: ToolProfile | None,
+    rules: Sequence[Rule],
+    refused: Callable[[ToolError], Any],
+) -> Any:
+    try:
+        return await tool.ainvoke(arguments)
+    except Exception as exc:
+        return refused(classify(exc, tool=tool.name, profile=profile, rules=rules))
+
+
+def _meta_key(context: Any) -> str | None:
+    """The idempotency key a request's ``_meta`` carries, or None."""
+    meta = getattr(getattr(context, "request_context", None), "meta", None)
+    key = (getattr(meta, "model_extra", None) or {}).get(IDEMPOTENCY_META)
+    return key if isinstance(key, str) and key else None
+
+
+def _in_progress(tool: str) -> ToolError:
+    return ToolError(
+        type="RequestInProgress",
+        failure_class=FailureClass.TRANSIENT,
+        message="a request with this idempotency key is still running; retry later",
+        suggested_action="retry",
+        retriable=True,
+        retry_after_ms=1000,
+        tool=tool,
+        context={"sent": False},
+    )

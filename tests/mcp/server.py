@@ -5,6 +5,10 @@ behaviour by the tool: ``lookup`` answers, ``fail`` reports ``isError`` in free 
 ``refund`` reports ``isError`` with our envelope (served by `mcp_server_tool`),
 ``bad_params`` and ``no_method`` answer JSON-RPC errors, ``slow`` sleeps, and
 ``die_once`` kills the server process the first time (a marker file remembers it).
+Side effects write a line each to a file beside the marker: ``charge`` is served by
+`mcp_server_tool` with a durable key ledger (a repeat of a key is not run again),
+``busy_once`` refuses its first request with a JSON-RPC error (-32603, "503 service
+unavailable") and ``cancel`` refuses every one (``isError``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from mcp import types
 from mcp.server.fastmcp import FastMCP
 from mcp.shared.exceptions import McpError
 
-from langgraph_resilience import FailureClass, ToolFailure
+from langgraph_resilience import FailureClass, SqliteIdempotencyStore, ToolFailure
 from langgraph_resilience.graph.mcp import mcp_server_tool
+from langgraph_resilience.stores.sqlite import sqlite_connect
 
 
 @tool
@@ -34,8 +39,40 @@ def refund(order: str, amount: float) -> str:
     )
 
 
+def _marker() -> pathlib.Path:
+    return pathlib.Path(os.environ.get("MCP_TEST_MARKER") or "/nonexistent/marker")
+
+
+def effects_file(marker: pathlib.Path) -> pathlib.Path:
+    """Where the server's side effects are written, one line each."""
+    return marker.with_name(marker.name + ".effects")
+
+
+def ledger_file(marker: pathlib.Path) -> pathlib.Path:
+    """The server's idempotency-key ledger (survives a restart, and stdio's process per
+    session)."""
+    return marker.with_name(marker.name + ".keys.sqlite")
+
+
+def _effect(what: str) -> None:
+    with effects_file(_marker()).open("a") as out:
+        out.write(what + "\n")
+
+
+@tool
+def charge(order: str, amount: float) -> str:
+    """Charge an order."""
+    _effect(f"charge {order} {amount}")
+    return f"charged {amount} on {order}"
+
+
 def build(name: str, port: int) -> FastMCP:
-    server = FastMCP(name, host="127.0.0.1", port=port, tools=[mcp_server_tool(refund)])
+    served = [mcp_server_tool(refund)]
+    if "MCP_TEST_MARKER" in os.environ:
+        keys = SqliteIdempotencyStore(sqlite_connect(str(ledger_file(_marker()))))
+        keys.setup()
+        served.append(mcp_server_tool(charge, idempotency=keys))
+    server = FastMCP(name, host="127.0.0.1", port=port, tools=served)
 
     @server.tool()
     def lookup(city: str) -> str:
@@ -77,6 +114,17 @@ def build(name: str, port: int) -> FastMCP:
             os._exit(1)
         return f"{name}: {city} after a restart"
 
+    @server.tool()
+    def busy_once(order: str) -> str:
+        """Refused once with a JSON-RPC error (see `_protocol_errors`), then done."""
+        _effect(f"busy_once {order}")
+        return f"done {order}"
+
+    @server.tool()
+    def cancel(order: str) -> str:
+        """Always refused: the service answers isError, nothing is done."""
+        raise ValueError(f"order {order} was delivered and cannot be cancelled")
+
     _protocol_errors(server)
     return server
 
@@ -91,6 +139,11 @@ def _protocol_errors(server: FastMCP) -> None:
         code = codes.get(request.params.name)
         if code is not None:
             raise McpError(types.ErrorData(code=code, message=f"rejected ({code})"))
+        busy = _marker().with_name(_marker().name + ".busy")
+        if request.params.name == "busy_once" and not busy.exists():
+            busy.write_text("refused")
+            message = "503 service unavailable"
+            raise McpError(types.ErrorData(code=types.INTERNAL_ERROR, message=message))
         return await original(request)
 
     handlers[types.CallToolRequest] = call

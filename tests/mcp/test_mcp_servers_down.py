@@ -22,6 +22,9 @@ TRIPPY = BreakerConfig(minimum_calls=1, window_size=1, open_duration=30)
 
 WEATHER_TOOLS = [
     "weather_bad_params",
+    "weather_busy_once",
+    "weather_cancel",
+    "weather_charge",
     "weather_die_once",
     "weather_fail",
     "weather_forecast",
