@@ -9,6 +9,9 @@ the schema for structured output, text otherwise (cut at a stop sequence);
 streaming is Server-Sent Events, chunk by word, with usage when asked for.
 `fail_next` makes the next request fail with a real HTTP error (a 429 with
 Retry-After, a 401, a 503), which the client raises as its own exception types.
+Like the real providers it is strict about tool-call ids in the history: longer
+than 40 characters (OpenAI's limit) or outside ``[a-zA-Z0-9_-]`` (Anthropic's) is a
+400 naming the field, as OpenAI words it.
 """
 
 from __future__ import annotations
@@ -123,6 +126,30 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
     return {"content": text or "Hello!"}
 
 
+_CALL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def _invalid_call_id(body: dict[str, Any]) -> str | None:
+    """OpenAI's 400 message for the first tool-call id a provider would reject."""
+    for index, message in enumerate(body.get("messages") or []):
+        fields = [(f"messages[{index}].tool_call_id", message.get("tool_call_id"))]
+        fields += [
+            (f"messages[{index}].tool_calls[{n}].id", call.get("id"))
+            for n, call in enumerate(message.get("tool_calls") or [])
+        ]
+        for field, value in fields:
+            if value is None:
+                continue
+            if len(value) > 40:
+                return (
+                    f"Invalid '{field}': string too long. Expected a string with maximum "
+                    f"length 40, but got a string with length {len(value)} instead."
+                )
+            if not _CALL_ID.match(value):
+                return f"Invalid '{field}': string does not match pattern ^[a-zA-Z0-9_-]+$."
+    return None
+
+
 def _chosen(tools: list[dict[str, Any]], choice: Any, prompt: str) -> dict[str, Any]:
     if isinstance(choice, dict):
         wanted = (choice.get("function") or {}).get("name")
@@ -205,9 +232,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404, "only /v1/chat/completions")
             return
         faults = self.server.faults  # type: ignore[attr-defined]
-        if faults:
-            status, headers = faults.pop(0)
-            error = json.dumps({"error": {"message": f"fake {status}", "type": "fake"}}).encode()
+        invalid = _invalid_call_id(body)
+        if faults or invalid:
+            status, headers = faults.pop(0) if faults else (400, {})
+            detail = {"message": invalid or f"fake {status}", "type": "invalid_request_error"}
+            error = json.dumps({"error": detail}).encode()
             self.send_response(status)
             for name, value in {"Content-Type": "application/json", **headers}.items():
                 self.send_header(name, value)

@@ -86,3 +86,65 @@ def test_create_agent_with_the_middleware_rides_out_a_provider_503(
     assert result["messages"][-1].text.startswith("The tool answered: 5")
     assert len(server.requests) == 3  # the 503, the tool call, the answer
     assert len(clock.sleeps) == 1
+
+
+def test_a_replan_with_long_step_ids_keeps_the_provider_history_valid(
+    server: FakeOpenAI, runner: Runner
+) -> None:
+    """The planner names its steps as it likes (the verifier takes up to 64 characters);
+    the calls the executor issues keep ids every provider accepts, so the agent's next
+    request to the strict server is answered, not refused with a 400."""
+    from langgraph.graph import START, StateGraph  # noqa: PLC0415
+
+    from langgraph_resilience import add_resilience  # noqa: PLC0415
+    from langgraph_resilience.testing import (  # noqa: PLC0415
+        Fault,
+        FaultyTool,
+        ScriptedChatModel,
+        tool_calls,
+    )
+    from tests.conftest import State  # noqa: PLC0415
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Weather for a city (the old endpoint)."""
+        return f"sunny in {city}"
+
+    @tool
+    def weather_v2(city: str) -> str:
+        """Weather for a city (the new endpoint)."""
+        return f"12C in {city}"
+
+    odd = "geocode_oslo_to_coordinates_first_then_the_forecast"
+    plan = {
+        "diagnosis": {
+            "failed_tool": "get_weather",
+            "failure_class": "structural",
+            "cause": "get_weather answered 410 Gone: the endpoint was removed",
+        },
+        "rationale": "weather_v2 serves the same forecast from the new endpoint",
+        "steps": [{"id": odd, "tool": "weather_v2", "args": {"city": "Oslo"}}],
+    }
+    agent = _client(server).bind_tools([get_weather, weather_v2])
+    builder = StateGraph(State)
+    builder.add_node("agent", lambda state: {"messages": [agent.invoke(state["messages"])]})
+    builder.add_edge(START, "agent")
+    add_resilience(
+        builder,
+        agent="agent",
+        tools=[FaultyTool(get_weather, then=Fault.status(410)), weather_v2],
+        planner_model=ScriptedChatModel(responses=[tool_calls(("Plan", plan))]),
+        clock=FakeClock(),
+    )
+    app = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    prompt = "Use get_weather for the weather in 'Oslo'"
+    out = runner.invoke(app, {"messages": [HumanMessage(prompt)]}, config)
+    assert out["messages"][-1].content.startswith("The tool answered")
+    sent = [
+        call["id"]
+        for body in server.requests
+        for message in body["messages"]
+        for call in message.get("tool_calls") or []
+    ]
+    assert any(call_id.startswith("replan-") for call_id in sent)
