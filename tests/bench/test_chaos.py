@@ -903,9 +903,10 @@ def test_a_re_issue_after_a_lost_answer_is_a_duplicate_for_toolnode_not_for_the_
 
 def test_a_human_retry_of_a_lost_effect_asks_the_status_service_first() -> None:
     """buy-0's confirmation email is sent but its answer is lost; the status service is
-    down for that first query, so (d) escalates; the operator answers retry. The status
-    service is up again: asked, it says the email went out, so it is not sent twice."""
-    down = [1]
+    down for the call's three tries (a check is retried like a read), so (d) escalates;
+    the operator answers retry. The status service is up again: asked, it says the
+    email went out, so it is not sent twice."""
+    down = [3]
 
     def build(ctx: BuildContext) -> Built:
         def status_check(key: str) -> EffectStatus:
