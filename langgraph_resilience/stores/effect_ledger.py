@@ -9,7 +9,8 @@ the graph was compiled with, or the one a server injects):
 
 - one opened by `open_postgres` / `open_sqlite`: the ledger they opened with it;
 - LangGraph's `PostgresSaver` / `AsyncPostgresSaver`: our tables in the same
-  database, over the saver's own pool or connection;
+  database, over the saver's own pool, or its single connection under the saver's
+  own ``lock`` (as ``from_conn_string`` opens it: never used by both at once);
 - LangGraph's `SqliteSaver`: our tables in the same file, on a connection of ours;
 - an `InMemorySaver` that persists to a file (its storage a LangGraph
   ``PersistentDict``, as ``langgraph dev`` keeps threads in ``.langgraph_api/``
@@ -184,20 +185,25 @@ class LedgerResolver:
         if type(checkpointer) is InMemorySaver:
             own = InMemoryIdempotencyStore(thread_alive=_in_saver(checkpointer))
             return self._with_explicit(EffectLedger(own, self._local.saga)), False
+        # A saver's single connection (``from_conn_string``) is used under the saver's
+        # own lock, as the saver uses it; a pool's connections are never shared.
         if isinstance(checkpointer, PostgresSaver):
+            conn, lock = checkpointer.conn, checkpointer.lock
             built = EffectLedger(
-                PostgresIdempotencyStore(checkpointer.conn), PostgresSagaLog(checkpointer.conn)
+                PostgresIdempotencyStore(conn, lock=lock), PostgresSagaLog(conn, lock=lock)
             )
             return self._with_explicit(built), True
         if isinstance(checkpointer, AsyncPostgresSaver):
+            aconn, alock = checkpointer.conn, checkpointer.lock
             built = EffectLedger(
-                AsyncPostgresIdempotencyStore(checkpointer.conn),
-                AsyncPostgresSagaLog(checkpointer.conn),
+                AsyncPostgresIdempotencyStore(aconn, lock=alock),
+                AsyncPostgresSagaLog(aconn, lock=alock),
             )
             return self._with_explicit(built), True
         if isinstance(checkpointer, SqliteSaver):
             try:
-                path = _sqlite_file(checkpointer.conn)
+                with checkpointer.lock:  # the saver's connection, as the saver uses it
+                    path = _sqlite_file(checkpointer.conn)
             except sqlite3.ProgrammingError as exc:
                 raise ConfigurationError(
                     "the SqliteSaver's connection cannot be used from the tools' thread "
