@@ -11,7 +11,8 @@ the graph was compiled with, or the one a server injects):
 - LangGraph's `PostgresSaver` / `AsyncPostgresSaver`: our tables in the same
   database, over the saver's own pool, or its single connection under the saver's
   own ``lock`` (as ``from_conn_string`` opens it: never used by both at once);
-- LangGraph's `SqliteSaver`: our tables in the same file, on a connection of ours;
+- LangGraph's `SqliteSaver` / `AsyncSqliteSaver`: our tables in the same file, on a
+  connection of ours;
 - an `InMemorySaver` that persists to a file (its storage a LangGraph
   ``PersistentDict``, as ``langgraph dev`` keeps threads in ``.langgraph_api/``
   across restarts): our SQLite tables in a file beside it, ``lgr_ledger.sqlite``;
@@ -37,6 +38,7 @@ from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
@@ -172,6 +174,11 @@ class LedgerResolver:
         return await adrive(self._resolving(config, on_loop=True), _NEVER_SLEEPS)
 
     async def _achoose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
+        if isinstance(checkpointer, AsyncSqliteSaver) and checkpointer not in _ATTACHED:
+            path = await _asqlite_file(checkpointer)
+            if not path:  # an in-memory database: as durable as this process
+                return self._local, False
+            return await asyncio.to_thread(self._sqlite_ledger, path)
         return await asyncio.to_thread(self._choose, checkpointer)
 
     def _choose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
@@ -200,6 +207,11 @@ class LedgerResolver:
                 AsyncPostgresSagaLog(aconn, lock=alock),
             )
             return self._with_explicit(built), True
+        if isinstance(checkpointer, AsyncSqliteSaver):
+            raise ConfigurationError(
+                "the graph runs on an AsyncSqliteSaver: run it with ainvoke/astream, or "
+                "pass idempotency= and saga= to add_resilience"
+            )
         if isinstance(checkpointer, SqliteSaver):
             try:
                 with checkpointer.lock:  # the saver's connection, as the saver uses it
@@ -242,3 +254,10 @@ def _sqlite_file(conn: sqlite3.Connection) -> str:
         if name == "main":
             return str(file or "")
     return ""
+
+
+async def _asqlite_file(saver: AsyncSqliteSaver) -> str:
+    """`_sqlite_file` of an `AsyncSqliteSaver`'s connection, under the saver's lock."""
+    async with saver.lock, saver.conn.execute("PRAGMA database_list") as cursor:
+        rows = await cursor.fetchall()
+    return next((str(file or "") for _, name, file in rows if name == "main"), "")
