@@ -9,8 +9,10 @@ the graph was compiled with, or the one a server injects):
 
 - one opened by `open_postgres` / `open_sqlite`: the ledger they opened with it;
 - LangGraph's `PostgresSaver` / `AsyncPostgresSaver`: our tables in the same
-  database, over the saver's own pool or connection;
-- LangGraph's `SqliteSaver`: our tables in the same file, on a connection of ours;
+  database, over the saver's own pool, or its single connection under the saver's
+  own ``lock`` (as ``from_conn_string`` opens it: never used by both at once);
+- LangGraph's `SqliteSaver` / `AsyncSqliteSaver`: our tables in the same file, on a
+  connection of ours;
 - an `InMemorySaver` that persists to a file (its storage a LangGraph
   ``PersistentDict``, as ``langgraph dev`` keeps threads in ``.langgraph_api/``
   across restarts): our SQLite tables in a file beside it, ``lgr_ledger.sqlite``;
@@ -36,6 +38,7 @@ from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
@@ -171,6 +174,11 @@ class LedgerResolver:
         return await adrive(self._resolving(config, on_loop=True), _NEVER_SLEEPS)
 
     async def _achoose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
+        if isinstance(checkpointer, AsyncSqliteSaver) and checkpointer not in _ATTACHED:
+            path = await _asqlite_file(checkpointer)
+            if not path:  # an in-memory database: as durable as this process
+                return self._local, False
+            return await asyncio.to_thread(self._sqlite_ledger, path)
         return await asyncio.to_thread(self._choose, checkpointer)
 
     def _choose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
@@ -184,20 +192,30 @@ class LedgerResolver:
         if type(checkpointer) is InMemorySaver:
             own = InMemoryIdempotencyStore(thread_alive=_in_saver(checkpointer))
             return self._with_explicit(EffectLedger(own, self._local.saga)), False
+        # A saver's single connection (``from_conn_string``) is used under the saver's
+        # own lock, as the saver uses it; a pool's connections are never shared.
         if isinstance(checkpointer, PostgresSaver):
+            conn, lock = checkpointer.conn, checkpointer.lock
             built = EffectLedger(
-                PostgresIdempotencyStore(checkpointer.conn), PostgresSagaLog(checkpointer.conn)
+                PostgresIdempotencyStore(conn, lock=lock), PostgresSagaLog(conn, lock=lock)
             )
             return self._with_explicit(built), True
         if isinstance(checkpointer, AsyncPostgresSaver):
+            aconn, alock = checkpointer.conn, checkpointer.lock
             built = EffectLedger(
-                AsyncPostgresIdempotencyStore(checkpointer.conn),
-                AsyncPostgresSagaLog(checkpointer.conn),
+                AsyncPostgresIdempotencyStore(aconn, lock=alock),
+                AsyncPostgresSagaLog(aconn, lock=alock),
             )
             return self._with_explicit(built), True
+        if isinstance(checkpointer, AsyncSqliteSaver):
+            raise ConfigurationError(
+                "the graph runs on an AsyncSqliteSaver: run it with ainvoke/astream, or "
+                "pass idempotency= and saga= to add_resilience"
+            )
         if isinstance(checkpointer, SqliteSaver):
             try:
-                path = _sqlite_file(checkpointer.conn)
+                with checkpointer.lock:  # the saver's connection, as the saver uses it
+                    path = _sqlite_file(checkpointer.conn)
             except sqlite3.ProgrammingError as exc:
                 raise ConfigurationError(
                     "the SqliteSaver's connection cannot be used from the tools' thread "
@@ -236,3 +254,10 @@ def _sqlite_file(conn: sqlite3.Connection) -> str:
         if name == "main":
             return str(file or "")
     return ""
+
+
+async def _asqlite_file(saver: AsyncSqliteSaver) -> str:
+    """`_sqlite_file` of an `AsyncSqliteSaver`'s connection, under the saver's lock."""
+    async with saver.lock, saver.conn.execute("PRAGMA database_list") as cursor:
+        rows = await cursor.fetchall()
+    return next((str(file or "") for _, name, file in rows if name == "main"), "")

@@ -2,7 +2,8 @@
 
 `Postgres` wraps a psycopg pool or connection, sync or async, under one contract
 (autocommit connections, as LangGraph's `PostgresSaver` needs; a single connection
-is used by one caller at a time; a failed script leaves no transaction open). Its
+is used by one caller at a time, under one lock per connection or the lock of the
+connection's owner; a failed script leaves no transaction open). Its
 work is written once, as `~langgraph_resilience.core.flow` flows over a cursor
 (``yield Call(cur.execute, None, (sql, params))``): `Postgres.run` drives one with
 `drive` on a sync connection, `Postgres.arun` with `adrive` on an async one (which
@@ -23,12 +24,13 @@ import contextlib
 import dataclasses
 import re
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, TypeAlias, TypeVar
 
 import psycopg
 from psycopg import sql
-from psycopg.pq import ExecStatus, TransactionStatus
+from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
 from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -113,11 +115,17 @@ def _cursor(conn: Any, row_factory: RowFactory[Any], client: bool) -> Any:
     return psycopg.ClientCursor(conn, row_factory=row_factory)
 
 
+def _rows_of(cur: Any) -> bool:
+    """Whether the statement `cur` ran returned rows (read from its result's status, not
+    `description`, which builds a Column per field each time)."""
+    result = cur.pgresult
+    return result is not None and result.status == ExecStatus.TUPLES_OK
+
+
 def fetch(cur: Any, query: Any, params: Any = None) -> Flow[list[Any]]:
     """Run one statement; the rows it returned (none for a statement without rows)."""
     yield Call(cur.execute, None, (query, params))
-    result = cur.pgresult  # not `description`, which builds a Column per field each time
-    if result is None or result.status != ExecStatus.TUPLES_OK:
+    if not _rows_of(cur):
         return []
     rows: list[Any] = yield Call(cur.fetchall)
     return rows
@@ -128,6 +136,44 @@ def _transaction(cur: Any, statements: Iterable[str]) -> Flow[None]:
     yield Call(cur.execute, None, ("BEGIN;\n" + ";\n".join(statements) + ";\nCOMMIT",))
 
 
+def _execute_alone(conn: psycopg.Connection[Any], cur: Any, query: Any, params: Any) -> None:
+    """One statement on a connection another owns, its lock held: never prepared (its
+    owner may prepare every statement, ``prepare_threshold=0``, and a statement of
+    ours must not depend on it), and synced on its own when the owner keeps the
+    connection in pipeline mode (``from_conn_string(pipeline=True)``), so its result
+    is read now."""
+    if conn.info.pipeline_status == PipelineStatus.OFF:
+        cur.execute(query, params, prepare=False)
+        return
+    with conn.pipeline():  # nested in the owner's: exiting it syncs this statement
+        cur.execute(query, params, prepare=False)
+
+
+async def _aexecute_alone(
+    conn: psycopg.AsyncConnection[Any], cur: Any, query: Any, params: Any
+) -> None:
+    """Async `_execute_alone`."""
+    if conn.info.pipeline_status == PipelineStatus.OFF:
+        await cur.execute(query, params, prepare=False)
+        return
+    async with conn.pipeline():
+        await cur.execute(query, params, prepare=False)
+
+
+_CONNECTION_LOCKS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def _connection_lock(conn: Any, is_async: bool) -> Any:
+    """The lock every store of this package holds on single connection `conn` (a ledger
+    and a saga log given one connection take turns on it)."""
+    with _LOCKS_GUARD:
+        lock = _CONNECTION_LOCKS.get(conn)
+        if lock is None:
+            lock = _CONNECTION_LOCKS[conn] = asyncio.Lock() if is_async else threading.Lock()
+        return lock
+
+
 class Postgres:
     """A psycopg pool or connection, sync or async: the plumbing of every Postgres store.
 
@@ -135,10 +181,24 @@ class Postgres:
     cursor and drive a flow over it; a flow that fails leaves no transaction open.
     A pool's connections must be autocommit (checked at each checkout, a single
     connection at construction).
+
+    A single connection is used under one lock: by default the one every store of
+    this package shares on that connection; `lock` is the lock of the connection's
+    owner instead (LangGraph's ``PostgresSaver`` / ``AsyncPostgresSaver`` hold
+    ``saver.lock`` around each use of ``saver.conn``), so the two never use it at
+    once. On such a *shared* connection `rows` and `transaction` run one statement
+    at a time, unprepared, each synced on its own; a pool's connections are never
+    shared, and `lock` is unused for one.
     """
 
     def __init__(
-        self, conn: SyncConn | AsyncConn, *, owner: str, is_async: bool, twin: str | None = None
+        self,
+        conn: SyncConn | AsyncConn,
+        *,
+        owner: str,
+        is_async: bool,
+        twin: str | None = None,
+        lock: threading.Lock | asyncio.Lock | None = None,
     ) -> None:
         kinds: tuple[type, ...] = (
             (psycopg.AsyncConnection, AsyncConnectionPool)
@@ -152,13 +212,18 @@ class Postgres:
             raise ConfigurationError(
                 f"{owner} takes a psycopg {names}; for {other} ones use {twin}"
             )
+        single = isinstance(conn, psycopg.Connection | psycopg.AsyncConnection)
         if isinstance(conn, psycopg.Connection | psycopg.AsyncConnection):
             require_autocommit(conn)
         self.conn: Any = conn
         self.owner = owner
         self.is_async = is_async
-        self._lock: Any = asyncio.Lock() if is_async else threading.Lock()
-        """Serializes the users of a single shared connection."""
+        self.shared = single and lock is not None
+        """Whether the single connection is its owner's, used under the owner's lock."""
+        self._lock: Any = None
+        """Serializes the users of a single connection (None for a pool)."""
+        if single:
+            self._lock = lock if self.shared else _connection_lock(conn, is_async)
         self.loop: asyncio.AbstractEventLoop | None = None
         """The event loop of an async pool or connection (its sync twins run there)."""
         if is_async:
@@ -247,19 +312,48 @@ class Postgres:
 
     def rows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Run one statement (committed); its rows as dicts."""
-        return self.run(fetch, query, params)
+        if not self.shared:
+            return self.run(fetch, query, params)
+        if self.is_async:
+            return self._on_loop(self.arows(query, params))
+        with self._lock, self.conn.cursor(row_factory=dict_row) as cur:
+            _execute_alone(self.conn, cur, query, params)
+            return cur.fetchall() if _rows_of(cur) else []
 
     async def arows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Async `rows`."""
-        return await self.arun(fetch, query, params)
+        if not self.shared:
+            return await self.arun(fetch, query, params)
+        if not self.is_async:
+            return await asyncio.to_thread(self.rows, query, params)
+        self.loop = self.loop or asyncio.get_running_loop()
+        async with self._lock, self.conn.cursor(row_factory=dict_row) as cur:
+            await _aexecute_alone(self.conn, cur, query, params)
+            return await cur.fetchall() if _rows_of(cur) else []
 
     def transaction(self, statements: Iterable[str]) -> None:
-        """Run `statements` (no parameters) in one transaction."""
-        self.run(_transaction, tuple(statements), client=True)
+        """Run `statements` (no parameters) in one transaction: in one round trip, or
+        on a shared connection one statement at a time."""
+        if not self.shared:
+            self.run(_transaction, tuple(statements), client=True)
+        elif self.is_async:
+            self._on_loop(self.atransaction(statements))
+        else:
+            with self._lock, self.conn.transaction(), self.conn.cursor() as cur:
+                for statement in statements:
+                    _execute_alone(self.conn, cur, statement, None)
 
     async def atransaction(self, statements: Iterable[str]) -> None:
         """Async `transaction`."""
-        await self.arun(_transaction, tuple(statements), client=True)
+        if not self.shared:
+            await self.arun(_transaction, tuple(statements), client=True)
+        elif not self.is_async:
+            await asyncio.to_thread(self.transaction, statements)
+        else:
+            self.loop = self.loop or asyncio.get_running_loop()
+            async with self._lock, self.conn.transaction(), self.conn.cursor() as cur:
+                for statement in statements:
+                    await _aexecute_alone(self.conn, cur, statement, None)
 
 
 # ------------------------------------------------------------------ key -> jsonb tables
@@ -560,9 +654,14 @@ class _PostgresLedger(SqlIdempotencyStore):
     _ASYNC = False
 
     def __init__(
-        self, conn: Any, *, sync_outcomes: bool = False, deferred_outcomes: bool = False
+        self,
+        conn: Any,
+        *,
+        sync_outcomes: bool = False,
+        deferred_outcomes: bool = False,
+        lock: Any = None,
     ) -> None:
-        self._pg = Postgres(conn, owner=type(self).__name__, is_async=self._ASYNC)
+        self._pg = Postgres(conn, owner=type(self).__name__, is_async=self._ASYNC, lock=lock)
         self.conn = conn
         self.sync_outcomes = sync_outcomes
         self.deferred_outcomes = deferred_outcomes
@@ -584,7 +683,10 @@ class PostgresIdempotencyStore(_PostgresLedger):
     """The ledger in PostgreSQL table ``lgr_idempotency``, over a psycopg pool or connection.
 
     Works with the pool configuration LangGraph's `PostgresSaver` needs
-    (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). Claiming a
+    (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). On a single
+    connection another user also holds (a ``PostgresSaver``'s ``saver.conn``), pass
+    that user's `lock` (``saver.lock``): each statement then runs under it, one at a
+    time and unprepared (`Postgres`). Claiming a
     new key is one ``INSERT ... ON CONFLICT DO NOTHING`` round trip, atomic across
     workers, that also returns the thread's unresolved intents of the same effect
     (a replay reads the existing record: one more); an outcome is one ``UPDATE``.
@@ -611,9 +713,16 @@ class PostgresIdempotencyStore(_PostgresLedger):
     """
 
     def __init__(
-        self, conn: SyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = False
+        self,
+        conn: SyncConn,
+        *,
+        sync_outcomes: bool = False,
+        deferred_outcomes: bool = False,
+        lock: threading.Lock | None = None,
     ) -> None:
-        super().__init__(conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes)
+        super().__init__(
+            conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes, lock=lock
+        )
 
     def setup(self) -> None:
         """Create the table and its indexes if they do not exist."""
@@ -639,9 +748,16 @@ class AsyncPostgresIdempotencyStore(_PostgresLedger):
     _ASYNC = True
 
     def __init__(
-        self, conn: AsyncConn, *, sync_outcomes: bool = False, deferred_outcomes: bool = False
+        self,
+        conn: AsyncConn,
+        *,
+        sync_outcomes: bool = False,
+        deferred_outcomes: bool = False,
+        lock: asyncio.Lock | None = None,
     ) -> None:
-        super().__init__(conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes)
+        super().__init__(
+            conn, sync_outcomes=sync_outcomes, deferred_outcomes=deferred_outcomes, lock=lock
+        )
 
     async def setup(self) -> None:
         """Create the table and its indexes if they do not exist."""
@@ -650,10 +766,11 @@ class AsyncPostgresIdempotencyStore(_PostgresLedger):
 
 class PostgresSagaLog(SqlSagaLog):
     """The saga log in PostgreSQL table ``lgr_saga`` (append-only: no update, no delete).
-    Its async methods run the sync ones in a worker thread."""
+    Its async methods run the sync ones in a worker thread; `lock` as for
+    `PostgresIdempotencyStore`."""
 
-    def __init__(self, conn: SyncConn) -> None:
-        self._pg = Postgres(conn, owner=type(self).__name__, is_async=False)
+    def __init__(self, conn: SyncConn, *, lock: threading.Lock | None = None) -> None:
+        self._pg = Postgres(conn, owner=type(self).__name__, is_async=False, lock=lock)
         self.conn = conn
         super().__init__(self._pg, SAGA_DIALECT)
 
@@ -665,8 +782,8 @@ class PostgresSagaLog(SqlSagaLog):
 class AsyncPostgresSagaLog(SqlSagaLog):
     """`PostgresSagaLog` over a psycopg `AsyncConnectionPool` or `AsyncConnection`."""
 
-    def __init__(self, conn: AsyncConn) -> None:
-        self._pg = Postgres(conn, owner=type(self).__name__, is_async=True)
+    def __init__(self, conn: AsyncConn, *, lock: asyncio.Lock | None = None) -> None:
+        self._pg = Postgres(conn, owner=type(self).__name__, is_async=True, lock=lock)
         self.conn = conn
         super().__init__(self._pg, SAGA_DIALECT)
 

@@ -92,3 +92,20 @@ def test_middleware_floor_has_the_same_graph() -> None:
     _, _, result = overhead.invoke_turn(floor)
     kinds = [type(m).__name__ for m in result["messages"]]
     assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage"]
+
+
+def test_saver_connections_runs_every_variant(tmp_path: pathlib.Path, pg_dsn: str) -> None:
+    """saver_connections.py's turns finish on every saver variant, sync and async (each
+    turn asserts its answer), and it reports every ratio."""
+    report = _run(
+        "saver_connections.py", "--rounds", "2", "--dsn", ADMIN_DSN, out=tmp_path / "s.json"
+    )
+    for mode in ("sync", "async"):
+        assert set(report[mode]["median_ms"]) == {
+            "conn",
+            "pool",
+            "conn+pool",
+            "plain conn",
+            "plain pool",
+        }
+        assert len(report[mode]["ratios"]) == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from typing import Any
 
@@ -10,9 +11,10 @@ from langchain_core.tools import tool
 from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
 from langgraph_resilience import ConfigurationError, ToolProfile, open_sqlite
-from langgraph_resilience.stores.effect_ledger import _CHECKPOINTER_KEY
+from langgraph_resilience.stores.effect_ledger import _CHECKPOINTER_KEY, LedgerResolver
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import Runner, build_graph
 
@@ -70,6 +72,44 @@ def test_a_plain_sqlite_saver_gets_its_ledger_in_the_same_file(tmp_path: Any) ->
         rows = check.execute("SELECT tool, status FROM lgr_idempotency").fetchall()
     assert rows == [("pay", "done")]
     assert paid == [5]
+
+
+def test_a_plain_async_sqlite_saver_gets_its_ledger_in_the_same_file(tmp_path: Any) -> None:
+    """LangGraph's AsyncSqliteSaver, no idempotency=: the intent and outcome are in its
+    file (its name read on the saver's connection under the saver's lock)."""
+    path = tmp_path / "threads.sqlite"
+    paid: list[int] = []
+
+    async def run() -> None:
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            h = build_graph(
+                [make_pay(paid)],
+                [tool_calls(("pay", {"amount": 5})), text("done")],
+                profiles={"pay": ToolProfile(side_effect=True)},
+                checkpointer=saver,
+            )
+            await h.app.ainvoke({"messages": [("user", "pay 5")]}, h.config())
+
+    asyncio.run(run())
+
+    with sqlite3.connect(path) as check:
+        rows = check.execute("SELECT tool, status FROM lgr_idempotency").fetchall()
+    assert rows == [("pay", "done")]
+    assert paid == [5]
+
+
+def test_an_async_sqlite_saver_in_a_sync_run_is_refused(tmp_path: Any) -> None:
+    """A sync run (from a thread, while the saver's loop runs) cannot read the file of an
+    AsyncSqliteSaver: the ledger is refused with what to do, not kept in-process."""
+
+    async def run() -> None:
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "t.sqlite")) as saver:
+            resolver = LedgerResolver(idempotency=None, saga=None, needed=True)
+            config: Any = {"configurable": {_CHECKPOINTER_KEY: saver}}
+            with pytest.raises(ConfigurationError, match="ainvoke"):
+                await asyncio.to_thread(resolver.resolve, config)
+
+    asyncio.run(run())
 
 
 def test_open_sqlite_hands_its_own_ledger_to_the_graph(tmp_path: Any) -> None:
