@@ -10,9 +10,10 @@ failing ``threshold`` times is. Two patterns are loops:
 - repeat: the call would be the ``threshold + 1``-th identical answered one in the
   task, or follows ``threshold`` failures of it handed back to the agent;
 - alternating: the agent's last calls were A, B, A and this one is B (A != B),
-  unless B's failure was handed back: re-issuing a write whose answer was lost after
-  reading the world (read, write, read, write) is an agent at work, not a stuck one,
-  and B's own failure count still bounds it.
+  unless B's failure was handed back and A never failed: re-issuing a write whose
+  answer was lost after reading the world (read, write, read, write) is an agent at
+  work, not a stuck one, and B's own failure count still bounds it; two failing
+  calls taking turns are a loop.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def detect_loop(
     >>> detect_loop("b", count=1, recent=["a", "b", "a"], threshold=2)
     'alternating'
     >>> detect_loop("b", count=0, recent=["a", "b", "a"], threshold=2, failed={"b": 1})
+    >>> detect_loop("b", count=0, recent=["a", "b", "a"], threshold=2, failed={"a": 2, "b": 1})
+    'alternating'
     >>> detect_loop("c", count=0, recent=["a", "b", "a"], threshold=2)
     """
     if count >= threshold or failures >= threshold:
@@ -57,6 +60,6 @@ def detect_loop(
     if len(recent) >= 3:
         a, b, a2 = recent[-3:]
         if a == a2 and a != b and key == b:
-            retried = failed is not None and failed.get(key, 0) > 0
-            return None if retried else "alternating"
+            checked = failed is not None and failed.get(key, 0) > 0 and not failed.get(a, 0)
+            return None if checked else "alternating"
     return None
