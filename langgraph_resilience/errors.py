@@ -288,7 +288,9 @@ class StepNotSavedError(ResilienceError):
         super().__init__(
             f"the checkpoint of the step that called {tool!r} was not saved within "
             f"{seconds:g}s, so the side effect was not run (a crash could lose the call "
-            "that asked for it); check the checkpointer's database, then resume the thread"
+            "that asked for it); check the checkpointer's database, then resume the thread. "
+            "Under durability='exit' nothing is saved before the run ends: run a graph "
+            "with side effects with durability='sync' or 'async'"
         )
         self.tool = tool
 

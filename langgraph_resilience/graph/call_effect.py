@@ -28,6 +28,7 @@ from langgraph_resilience.graph.exactly_once import Effect, effect_context
 from langgraph_resilience.graph.in_flight import executing
 from langgraph_resilience.graph.saved_step import step_to_save
 from langgraph_resilience.graph.step_scope import STEP, StepScope
+from langgraph_resilience.stores.effect_ledger import run_checkpointer
 
 __all__ = ["EffectReading", "ascoped", "effect_of", "looked_since_unknown", "messages_of", "scoped"]
 
@@ -103,7 +104,7 @@ def effect_of(
         grace=grace,
         looked=looked,
         check_wait=check_wait,
-        saved_step=step_to_save(config, call["name"]),
+        saved_step=step_to_save(run_checkpointer(config), getattr(request, "runtime", None)),
     )
 
 

@@ -39,6 +39,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
@@ -69,10 +70,6 @@ LEDGER_FILE = "lgr_ledger.sqlite"
 """The ledger's file beside a file-backed `InMemorySaver`'s (``.langgraph_api/`` under
 ``langgraph dev``)."""
 
-_CHECKPOINTER_KEY = "__pregel_checkpointer"
-"""Where LangGraph puts the checkpointer of a run in its config (`CONFIG_KEY_CHECKPOINTER`
-in ``langgraph._internal._constants``; a test pins it)."""
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EffectLedger:
@@ -92,8 +89,10 @@ def attach_ledger(checkpointer: Any, idempotency: IdempotencyStore, saga: SagaLo
 
 
 def run_checkpointer(config: RunnableConfig | Mapping[str, Any]) -> Any:
-    """The checkpointer LangGraph runs this step with, or None."""
-    return (config.get("configurable") or {}).get(_CHECKPOINTER_KEY)
+    """The checkpointer LangGraph runs this step with, or None: under the config key
+    `langgraph.constants` exports for it (public; LangGraph Server injects its own
+    checkpointer there too). The oldest and the newest LangGraph allowed are tested."""
+    return (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER)
 
 
 def _in_saver(saver: InMemorySaver) -> Callable[[str], bool]:

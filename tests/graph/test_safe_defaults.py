@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from langchain_core.tools import tool
-from langgraph._internal._constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 from langgraph_resilience import ConfigurationError, ToolProfile, open_sqlite
-from langgraph_resilience.stores.effect_ledger import _CHECKPOINTER_KEY, LedgerResolver
+from langgraph_resilience.stores.effect_ledger import LedgerResolver
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import Runner, build_graph
 
@@ -27,11 +27,6 @@ def make_pay(paid: list[int]) -> Any:
         return "paid"
 
     return pay
-
-
-def test_the_checkpointer_config_key_is_langgraphs() -> None:
-    """The ledger finds a run's checkpointer where LangGraph puts it."""
-    assert _CHECKPOINTER_KEY == CONFIG_KEY_CHECKPOINTER
 
 
 class DiskBackedSaver(InMemorySaver):
@@ -105,7 +100,7 @@ def test_an_async_sqlite_saver_in_a_sync_run_is_refused(tmp_path: Any) -> None:
     async def run() -> None:
         async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "t.sqlite")) as saver:
             resolver = LedgerResolver(idempotency=None, saga=None, needed=True)
-            config: Any = {"configurable": {_CHECKPOINTER_KEY: saver}}
+            config: Any = {"configurable": {CONFIG_KEY_CHECKPOINTER: saver}}
             with pytest.raises(ConfigurationError, match="ainvoke"):
                 await asyncio.to_thread(resolver.resolve, config)
 

@@ -1,14 +1,14 @@
 """A side effect runs only once the step that asked for it is saved: LangGraph's default
 durability saves the model's step while the tools step runs, and an effect that landed
 before that save would, after a crash, be asked for again by a model that never saw it.
-``durability="exit"`` is refused before anything runs; a save that never comes stops the
-run with the effect not run and its claim released."""
+The wait reads the checkpoint back through public API only; a save that never comes
+(``durability="exit"`` saves nothing until the run ends) stops the run with the effect
+not run and its claim released."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -25,15 +25,15 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.runtime import ExecutionInfo
 
 from langgraph_resilience import (
-    ConfigurationError,
     InMemoryIdempotencyStore,
     ResilienceMiddleware,
     StepNotSavedError,
     ToolProfile,
 )
-from langgraph_resilience.graph import saved_step, seen_saves
+from langgraph_resilience.graph import saved_step
 from langgraph_resilience.graph.saved_step import SavedStep, step_to_save
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
@@ -148,17 +148,14 @@ def _payments_graph(
     ).app
 
 
-@pytest.mark.parametrize("watched", [False, True])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str, watched: bool) -> None:
+def test_the_effect_runs_after_the_model_s_step_is_saved(mode: str) -> None:
     """The save of the model's step is held until the effect's wait has begun: the
     payment comes after the save, never before (without the wait it would run first,
-    and the held save would time out after 10 s). Also when the saver is watched from
-    before the run, so the model's task's writes, saved while the step's checkpoint
-    waits, were seen: they are not enough (`test_new_input_drops_writes_no_checkpoint_holds`)."""
+    and the held save would time out after 10 s). The model's task's writes, saved
+    while the step's checkpoint waits, are not enough
+    (`test_new_input_drops_writes_no_checkpoint_holds`)."""
     saver, payments = DiskSaver(hold=True), []
-    if watched:
-        seen_saves.watch(saver)
     app = _payments_graph(saver, payments, saver.order)
 
     out = _run(app, {"messages": [("user", "pay")]}, {"configurable": {"thread_id": "t"}}, mode)
@@ -222,18 +219,18 @@ def _pay_call(call_id: str) -> ToolCall:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_durability_sync_waits_for_nothing(mode: str) -> None:
-    """Under durability='sync' the save came before the step: no wait, no read; under
-    'async' the effect waits for its step."""
+def test_durability_sync_costs_one_read(mode: str) -> None:
+    """Under durability='sync' the save came before the step: one read finds it, no
+    sleep; under 'async' the effect waits for its step too."""
     saver, payments = DiskSaver(), []
     app = _payments_graph(saver, payments, turns=2)
     config = {"configurable": {"thread_id": "t"}}
 
     _run(app, {"messages": [("user", "pay")]}, config, mode, durability="sync")
-    assert (saver.waits, saver.step_reads, payments) == ([], 0, ["5"])
+    assert (saver.waits, saver.step_reads, payments) == (["pay"], 1, ["5"])
 
     _run(app, {"messages": [("user", "again")]}, config, mode, durability="async")
-    assert saver.waits == ["pay"]
+    assert saver.waits == ["pay", "pay"]
     assert payments == ["5", "6"]
 
 
@@ -269,14 +266,16 @@ def test_a_save_that_never_comes_stops_the_run_and_releases_the_claim(
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_durability_exit_is_refused_before_anything_runs(mode: str) -> None:
-    """'exit' saves nothing until the run ends: a side effect there is refused at once,
-    nothing claimed, and the same thread then runs it once under durability='sync'."""
+def test_durability_exit_stops_the_effect_unrun(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'exit' saves nothing until the run ends: the side effect's step is never saved,
+    so the run stops with StepNotSavedError, nothing paid, and the same thread then runs
+    it once under durability='sync'."""
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 0.05)
     saver, payments = DiskSaver(), []
     app = _payments_graph(saver, payments)
     config = {"configurable": {"thread_id": "t"}}
 
-    with pytest.raises(ConfigurationError, match=r"durability='exit'.*durability='sync'"):
+    with pytest.raises(StepNotSavedError, match="durability='exit'"):
         _run(app, {"messages": [("user", "pay")]}, config, mode, durability="exit")
     assert payments == []
 
@@ -309,8 +308,8 @@ def _refund_agent(saver: DiskSaver, refunds: list[str], *order_ids: str) -> Any:
     )
 
 
-def test_the_middleware_waits_and_refuses_alike() -> None:
-    """create_agent + ResilienceMiddleware: the same wait, the same refusal."""
+def test_the_middleware_waits_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """create_agent + ResilienceMiddleware: the same wait, the same stop under 'exit'."""
     refunds: list[str] = []
 
     held = DiskSaver(hold=True)
@@ -321,35 +320,54 @@ def test_the_middleware_waits_and_refuses_alike() -> None:
     assert held.waits == ["refund"]
     assert held_order[0] == "saved"
 
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 0.05)
     config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-    with pytest.raises(ConfigurationError, match="durability='exit'"):
+    with pytest.raises(StepNotSavedError):
         _refund_agent(DiskSaver(), refunds, "A1").invoke(
             {"messages": [HumanMessage("refund A1")]}, config, durability="exit"
         )
     assert refunds == ["A1"]
 
 
+class _Runtime:
+    """What a tool call's runtime tells of its execution (ToolRuntime.execution_info)."""
+
+    def __init__(self, ns: str, checkpoint_id: str = "step-id") -> None:
+        self.execution_info = ExecutionInfo(
+            checkpoint_id=checkpoint_id, checkpoint_ns=ns, task_id="2", thread_id="t"
+        )
+
+
 def test_the_checkpoint_waited_for_is_the_one_of_the_tools_graph() -> None:
-    """Inside a subgraph the step's checkpoint is the subgraph's (its namespace without
-    the task's own segment); a plain InMemorySaver or none has nothing to wait for."""
+    """Inside a subgraph the step's checkpoint is in the subgraph's namespace (the task's
+    without its own segment); a plain InMemorySaver or none has nothing to wait for."""
     saver = DiskSaver()
-    conf = {
-        "__pregel_checkpointer": saver,
-        "thread_id": "t",
-        "checkpoint_ns": "sub:1|tools:2",
-        "checkpoint_map": {"": "root-id", "sub:1": "sub-id"},
-    }
-    step = step_to_save({"configurable": conf}, "pay")
+    step = step_to_save(saver, _Runtime("sub:1|tools:2", "sub-id"))
     assert step is not None
     assert step.config == {
         "configurable": {"thread_id": "t", "checkpoint_ns": "sub:1", "checkpoint_id": "sub-id"}
     }
-    root = step_to_save({"configurable": {**conf, "checkpoint_ns": "tools:2"}}, "pay")
+    root = step_to_save(saver, _Runtime("tools:2", "root-id"))
     assert root is not None
-    assert root.config["configurable"]["checkpoint_id"] == "root-id"
-    plain = {**conf, "__pregel_checkpointer": InMemorySaver(), "__pregel_durability": "exit"}
-    assert step_to_save({"configurable": plain}, "pay") is None
-    assert step_to_save({"configurable": {**conf, "__pregel_checkpointer": None}}, "pay") is None
+    assert root.config["configurable"]["checkpoint_ns"] == ""
+    assert step_to_save(InMemorySaver(), _Runtime("tools:2")) is None
+    assert step_to_save(None, _Runtime("tools:2")) is None
+    assert step_to_save(saver, object()) is None  # no execution info: nothing to read
+
+
+def test_a_checkpoint_found_once_is_not_read_again() -> None:
+    """The other calls of a step (and its retries) find their checkpoint remembered."""
+    saver = DiskSaver()
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+    runtime = _Runtime("tools:1", checkpoint["id"])
+    runtime.execution_info = runtime.execution_info.patch(thread_id=at["configurable"]["thread_id"])
+
+    first = step_to_save(saver, runtime)
+    assert first is not None
+    saved_step.wait_saved(first, "pay")
+    assert step_to_save(saver, runtime) is None
+    assert saver.step_reads == 1
 
 
 def _checkpoint_of(thread: str) -> tuple[RunnableConfig, Any, SavedStep]:
@@ -361,8 +379,8 @@ def _checkpoint_of(thread: str) -> tuple[RunnableConfig, Any, SavedStep]:
     return config, checkpoint, at
 
 
-def test_a_save_this_process_did_not_see_is_found_by_reading() -> None:
-    """Saved before the saver was watched (as by another worker): the wait reads it."""
+def test_a_save_made_elsewhere_is_found_by_reading() -> None:
+    """Saved by another worker: the wait reads it back."""
     saver = DiskSaver()
     config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
     saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
@@ -370,170 +388,3 @@ def test_a_save_this_process_did_not_see_is_found_by_reading() -> None:
     saved_step.wait_saved(SavedStep(saver, at), "pay")
 
     assert saver.step_reads >= 1
-
-
-def test_no_read_while_this_process_saves_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the watched save runs here, the wait reads nothing: it wakes on the save,
-    which is let through only after the wait has timed out three times (the waits are
-    short here: a fresh checkpoint's first wait is the 1 s backstop's)."""
-    monkeypatch.setattr(saved_step, "_FIRST_POLL", 1e-4)
-    monkeypatch.setattr(saved_step, "_BACKSTOP", 1e-4)
-    timeouts = threading.Semaphore(0)
-    wait = seen_saves.Seen.wait
-
-    def counted(self: seen_saves.Seen, timeout: float) -> bool:
-        woke = wait(self, timeout)
-        if not woke:
-            timeouts.release()
-        return woke
-
-    monkeypatch.setattr(seen_saves.Seen, "wait", counted)
-    saver = DiskSaver(late=True)
-    seen_saves.watch(saver)
-    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
-    saving = threading.Thread(
-        target=saver.put, args=(config, checkpoint, {"source": "loop", "step": 1}, {})
-    )
-    saving.start()
-    while not seen_saves.seen(seen_saves.key_of(at["configurable"], checkpoint["id"])).saving:
-        time.sleep(0)  # the save has begun
-
-    def release() -> None:
-        for _ in range(3):
-            timeouts.acquire()
-        saver.released.set()
-
-    releaser = threading.Thread(target=release)
-    releaser.start()
-    saved_step.wait_saved(SavedStep(saver, at), "pay")
-    saving.join(10)
-    releaser.join(10)
-
-    assert saver.released.is_set()
-    assert saver.step_reads == 0
-
-
-def test_a_fresh_checkpoint_saved_elsewhere_is_found_by_the_backstop_read(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Made after the watch, its save was expected here; saved behind the watch's back
-    (as by another worker) and never loaded here, it is still found: by one backstop
-    read, not a poll."""
-    monkeypatch.setattr(saved_step, "_BACKSTOP", 0.01)
-    saver = DiskSaver()
-    seen_saves.watch(saver)
-    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
-    InMemorySaver.put(saver, config, checkpoint, {"source": "loop", "step": 1}, {})
-
-    saved_step.wait_saved(SavedStep(saver, at), "pay")
-
-    assert saver.step_reads == 1
-
-
-def test_a_fresh_checkpoint_this_process_loaded_needs_no_read(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Saved by another worker after the watch, then loaded here (a re-queued run's loop
-    reads the thread's latest checkpoint): the load noted it, so the wait returns at
-    once. The backstop is pushed past the test, so a wait the load did not note would
-    hang it, not pass."""
-    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
-    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
-    saver = DiskSaver()
-    seen_saves.watch(saver)
-    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
-    InMemorySaver.put(saver, config, checkpoint, {"source": "loop", "step": 1}, {})
-    assert saver.get_tuple(config) is not None  # the latest, as a loop loads it
-
-    saved_step.wait_saved(SavedStep(saver, at), "pay")
-
-    assert saver.step_reads == 0
-
-
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_run_re_queued_on_a_watched_worker_is_woken_by_its_load(
-    mode: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Worker 1 saves the model's step and stops before the tools (a run re-queued);
-    worker 2, whose saver is watched since an earlier effect, resumes it: the effect's
-    wait is woken by worker 2 loading that checkpoint, with no read (the backstop is
-    pushed past the test), and the payment happens once."""
-    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
-    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
-    first, second, payments = DiskSaver(), DiskSaver(), []
-    second.storage, second.writes, second.blobs = first.storage, first.writes, first.blobs
-    seen_saves.watch(second)
-    worker_1 = _payments_graph(first, payments, interrupt_before=["tools"])
-    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-    _run(worker_1, {"messages": [("user", "pay")]}, config, mode)
-    assert payments == []
-    worker_2 = _payments_graph(second, payments, resumed=True)
-    reads = second.step_reads
-
-    out = _run(worker_2, None, config, mode)
-
-    assert payments == ["5"]
-    assert second.waits == ["pay"]
-    assert second.step_reads == reads
-    assert out["messages"][-1].content == "done"
-
-
-def test_which_saves_are_waited_for_without_reading(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Only a checkpoint LangGraph made after the saver was watched, and recently."""
-    saver = DiskSaver()
-    _, _, before = _checkpoint_of("t")
-    since = seen_saves.watch(saver)
-    _, checkpoint, after = _checkpoint_of("t")
-
-    assert saved_step._noted_here(SavedStep(saver, after), since) is True
-    assert saved_step._noted_here(SavedStep(saver, before), since) is False
-    assert saved_step._noted_here(SavedStep(saver, after), None) is False
-    made = seen_saves.created_ticks(checkpoint["id"])
-    assert made is not None
-    monkeypatch.setattr(saved_step, "now_ticks", lambda: made + 11 * 10_000_000)
-    assert saved_step._noted_here(SavedStep(saver, after), since) is False  # 11 s old
-    not_uuid6 = {"configurable": {**after["configurable"], "checkpoint_id": "custom-id"}}
-    assert saved_step._noted_here(SavedStep(saver, not_uuid6), since) is False
-
-
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_in_a_real_run_the_wait_is_woken_by_the_loop_s_own_save(
-    mode: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """LangGraph's loop saves through the watched saver under the key the wait expects:
-    on the second turn (the saver watched since the first) no read is made. The backstop
-    read is pushed past `SAVE_WAIT`, so a wait the save did not wake would read once and
-    fail this test, not just be slower."""
-    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
-    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
-    saver, payments = DiskSaver(), []
-    app = _payments_graph(saver, payments, turns=2)
-    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-    _run(app, {"messages": [("user", "pay")]}, config, mode)
-    reads = saver.step_reads
-
-    _run(app, {"messages": [("user", "again")]}, config, mode)
-
-    assert saver.waits == ["pay", "pay"]
-    assert saver.step_reads == reads
-    assert payments == ["5", "6"]
-
-
-def test_under_create_agent_the_wait_is_woken_by_the_loop_s_own_save(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The same under create_agent + ResilienceMiddleware (each call its own task)."""
-    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
-    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
-    refunds: list[str] = []
-    saver = DiskSaver()
-    app = _refund_agent(saver, refunds, "A1", "B2")
-    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
-    app.invoke({"messages": [HumanMessage("refund A1")]}, config)
-    reads = saver.step_reads
-
-    app.invoke({"messages": [HumanMessage("refund B2")]}, config)
-
-    assert saver.waits == ["refund", "refund"]
-    assert saver.step_reads == reads
-    assert refunds == ["A1", "B2"]

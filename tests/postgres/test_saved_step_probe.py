@@ -1,7 +1,8 @@
 """The save wait on LangGraph's Postgres savers, on the real server: its read is one
-``SELECT 1`` on the checkpoint's key (not ``get_tuple``, which loads every channel),
-false until that checkpoint is put, true after; in a real run the wait is woken by the
-loop's own save, with no read at all."""
+``SELECT 1`` on the checkpoint's key over the saver's own connection (not ``get_tuple``,
+which loads every channel), false until that checkpoint is put, true after; and in real
+runs on both savers (including `from_conn_string`'s single connection, which the read
+shares under the saver's lock) every payment waits for its step and happens once."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from langgraph_resilience import InMemoryIdempotencyStore, ToolProfile
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.graph import saved_step
-from langgraph_resilience.graph.saved_step import SavedStep, _PostgresProbe, _read
+from langgraph_resilience.graph.saved_step import SavedStep
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import build_graph
@@ -47,48 +48,32 @@ def test_the_sync_saver_is_probed_by_key(pg_dsn: str) -> None:
     with PostgresSaver.from_conn_string(pg_dsn) as saver:
         saver.setup()
         step, thread, checkpoint = _step(saver)
-        read = _read(step)
-        assert read.args == ()  # the probe, not get_tuple(config)
+        read = saved_step._read(step)
+        assert read.args[0] == saved_step._EXISTS_SQL  # the probe, not get_tuple(config)
         assert drive(_once(read), SystemClock()) is False
         saver.put(thread, checkpoint, {"source": "loop", "step": 1}, {})
         assert drive(_once(read), SystemClock()) is True
         other, _, _ = _step(saver)
-        assert _PostgresProbe(other).exists() is False
+        assert drive(_once(saved_step._read(other)), SystemClock()) is False
 
 
 async def test_the_async_saver_is_probed_by_key(pg_dsn: str) -> None:
     async with AsyncPostgresSaver.from_conn_string(pg_dsn) as saver:
         await saver.setup()
         step, thread, checkpoint = _step(saver)
-        read = _read(step)
-        assert read.args == ()
+        read = saved_step._read(step)
+        assert read.args[0] == saved_step._EXISTS_SQL
         assert await adrive(_once(read), SystemClock()) is False
         await saver.aput(thread, checkpoint, {"source": "loop", "step": 1}, {})
         assert await adrive(_once(read), SystemClock()) is True
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_on_the_postgres_savers_the_wait_is_woken_by_the_save(
+def test_on_the_postgres_savers_each_payment_waits_once(
     pg_dsn: str, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A real run on PostgresSaver / AsyncPostgresSaver: from the second turn on, the
-    wait is woken by the loop's own save and probes nothing (the backstop is pushed
-    past the test, so a wait the save did not wake would probe and fail it)."""
-    monkeypatch.setattr(saved_step, "_BACKSTOP", 60.0)
-    monkeypatch.setattr(saved_step, "SAVE_WAIT", 60.0)
-    probes: list[str] = []
-    exists, aexists = _PostgresProbe.exists, _PostgresProbe.aexists
-
-    def counted(self: _PostgresProbe) -> bool:
-        probes.append("sync")
-        return exists(self)
-
-    async def acounted(self: _PostgresProbe) -> bool:
-        probes.append("async")
-        return await aexists(self)
-
-    monkeypatch.setattr(_PostgresProbe, "exists", counted)
-    monkeypatch.setattr(_PostgresProbe, "aexists", acounted)
+    """Three turns on from_conn_string's single connection, LangGraph's default
+    durability: each payment's wait finds its step saved and pays once."""
     waits: list[str] = []
     until_saved = saved_step._until_saved
 
@@ -119,24 +104,18 @@ def test_on_the_postgres_savers_the_wait_is_woken_by_the_save(
         with PostgresSaver.from_conn_string(pg_dsn) as saver:
             saver.setup()
             graph = app(saver)
-            graph.invoke({"messages": [("user", "pay")]}, config)
-            before = len(probes)
-            for _ in range(2):
-                graph.invoke({"messages": [("user", "again")]}, config)
+            for words in ("pay", "again", "again"):
+                graph.invoke({"messages": [("user", words)]}, config)
     else:
 
-        async def run() -> int:
+        async def run() -> None:
             async with AsyncPostgresSaver.from_conn_string(pg_dsn) as saver:
                 await saver.setup()
                 graph = app(saver)
-                await graph.ainvoke({"messages": [("user", "pay")]}, config)
-                seen = len(probes)
-                for _ in range(2):
-                    await graph.ainvoke({"messages": [("user", "again")]}, config)
-                return seen
+                for words in ("pay", "again", "again"):
+                    await graph.ainvoke({"messages": [("user", words)]}, config)
 
-        before = asyncio.run(run())
+        asyncio.run(run())
 
     assert payments == [0, 1, 2]
     assert waits == ["pay"] * 3
-    assert len(probes) == before

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 from langgraph_resilience.core.effects import DEFAULT_RETENTION, IdempotencyStore
 from langgraph_resilience.stores.effect_ledger import LedgerResolver
@@ -358,7 +359,7 @@ def test_the_ledger_beside_an_in_memory_saver_sweeps_its_deleted_threads() -> No
     """The store chosen for an `InMemorySaver` asks the saver whether a thread is alive."""
     saver = InMemorySaver()
     resolver = LedgerResolver(idempotency=None, saga=None, needed=True)
-    ledger = resolver.resolve({"configurable": {"__pregel_checkpointer": saver}})
+    ledger = resolver.resolve({"configurable": {CONFIG_KEY_CHECKPOINTER: saver}})
     assert ledger is not None
     alive = ledger.idempotency._thread_alive  # type: ignore[attr-defined]
     saver.storage["t1"]  # the saver now holds thread t1 (a defaultdict, as a run does)
