@@ -215,7 +215,6 @@ def build_resilient(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
     """Graph A: the user's graph + ``add_resilience``."""
     builder = StateGraph(ResilientState)
     builder.add_node("agent", make_agent(turns))
-    builder.add_edge(START, "agent")
     add_resilience(builder, agent="agent", tools=TOOLS)
     return builder.compile(checkpointer=checkpointer)
 

@@ -192,7 +192,6 @@ def make_agent() -> Any:
 def build_resilient(saver: Any, ledger: Any, breakers: Any) -> Any:
     builder = StateGraph(ResilientState)
     builder.add_node("agent", make_agent())
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -146,7 +146,6 @@ def build_graph(saver: BaseCheckpointSaver[Any], turns: int, *, inline: bool) ->
     policy = POLICY if inline else ResiliencePolicy(base_delay=0.0, inline_retry_max_wait=None)
     builder = StateGraph(ResilientState)
     builder.add_node("agent", _agent_node(turns))
-    builder.add_edge(START, "agent")
     add_resilience(builder, agent="agent", tools=[lookup], policy=policy)
     return builder.compile(checkpointer=saver)
 

@@ -26,7 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import EVENT_KEY, ResiliencePolicy, ResilienceState, add_resilience
 from langgraph_resilience.testing import (
@@ -124,7 +124,6 @@ def run_one(rng: random.Random) -> dict[str, Any]:
     builder.add_node(
         "agent", RunnableLambda(lambda s: {"messages": [agent_model.invoke(s["messages"])]})
     )
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -28,7 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import StructuredTool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from pydantic import BaseModel, ConfigDict
 
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
@@ -149,7 +149,6 @@ def run_one(kind: str, rng: random.Random, competence: float) -> dict[str, Any]:
     builder.add_node(
         "agent", RunnableLambda(lambda s: {"messages": [agent_model.invoke(s["messages"])]})
     )
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -101,7 +101,6 @@ def build(kind: str, saver: BaseCheckpointSaver[Any]) -> Any:
     if kind == "A":
         builder = StateGraph(State)
         builder.add_node("agent", agent)
-        builder.add_edge(START, "agent")
         add_resilience(
             builder, agent="agent", tools=[t1, pay], profiles={"pay": ToolProfile(side_effect=True)}
         )

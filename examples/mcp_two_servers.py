@@ -33,7 +33,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     BreakerConfig,
@@ -129,7 +129,6 @@ def run(tools: list[Any], process: subprocess.Popen[bytes], sent: collections.Co
     model = ScriptedChatModel(responses=[ask, text("1"), ask, text("2"), both, text("3")])
     builder = StateGraph(State)
     builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -31,7 +31,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     EVENT_KEY,
@@ -100,7 +100,6 @@ def build_app() -> Any:
     """A ReAct agent graph with resilience added for its tools."""
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
     add_resilience(builder, agent="agent", tools=TOOLS, clock=clock, rng=random.Random(0))
     return builder.compile(checkpointer=InMemorySaver())
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     EVENT_KEY,
@@ -125,7 +125,6 @@ def build_app(p: Persistence) -> Any:
 
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

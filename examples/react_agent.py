@@ -30,7 +30,7 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     EVENT_KEY,
@@ -90,7 +90,6 @@ def build_app() -> Any:
     """The usual ReAct graph, with resilience added."""
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
     # (resilience) was:
     #   builder.add_node("tools", ToolNode(TOOLS))
     #   builder.add_conditional_edges("agent", tools_condition)

@@ -6,7 +6,6 @@ Add it to an existing graph::
 
     builder = StateGraph(State)
     builder.add_node("agent", call_model)
-    builder.add_edge(START, "agent")
     add_resilience(builder, agent="agent", tools=[search], policy=ResiliencePolicy())
     app = builder.compile(checkpointer=checkpointer)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.config import get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
@@ -78,8 +77,6 @@ def _writer() -> Any:
     """The run's custom-stream writer, or None: outside a run, or when the run's writer
     does nothing (LangGraph gives one whose body is empty unless ``custom`` is
     streamed, and an event redacted for it would be thrown away)."""
-    if var_child_runnable_config.get() is None:  # outside any run: no writer
-        return None
     try:
         writer = get_stream_writer()
     except (RuntimeError, KeyError):  # a runnable outside a LangGraph run

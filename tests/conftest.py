@@ -17,7 +17,7 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience import ResiliencePolicy, ResilienceState, ToolProfile, add_resilience
@@ -102,7 +102,6 @@ def build_graph(
 
     builder = StateGraph(State)
     builder.add_node("agent", RunnableLambda(call_model, afunc=acall_model))
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

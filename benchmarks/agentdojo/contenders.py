@@ -113,7 +113,6 @@ def build_resilient(
 ) -> Any:
     builder = StateGraph(State)
     builder.add_node("agent", _agent_node(model, tools))
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

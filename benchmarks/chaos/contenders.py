@@ -277,7 +277,6 @@ def build_resilient(
     )
     builder = StateGraph(_ResilientState)
     builder.add_node("agent", _agent_node(model, tools))
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

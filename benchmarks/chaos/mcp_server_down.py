@@ -40,7 +40,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_resilience import (
@@ -177,7 +177,6 @@ def _graph(model: ScriptedChatModel, tools: Sequence[BaseTool], ours: bool, cloc
 
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
     if ours:
         add_resilience(
             builder,

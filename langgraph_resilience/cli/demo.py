@@ -43,7 +43,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMes
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import BaseTool, tool
 from langgraph.config import get_config
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     BreakerConfig,
@@ -482,7 +482,6 @@ def build_demo(
         return {"messages": [await model.ainvoke(state["messages"])]}
 
     demo.builder.add_node("agent", RunnableLambda(agent, afunc=aagent))
-    demo.builder.add_edge(START, "agent")
     add_resilience(
         demo.builder,
         agent="agent",

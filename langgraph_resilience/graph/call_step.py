@@ -74,8 +74,8 @@ def _once(
         ledger = yield Call(ledgers.resolve, ledgers.aresolve, (request.runtime.config,))
         with in_step(batch, ledger):
             answer = yield Call(
-                functools.partial(node._wrap, routed, _raising(execute)),
-                functools.partial(node._awrap, routed, _araising(execute)),
+                functools.partial(node.wrap_tool_call, routed, _raising(execute)),
+                functools.partial(node.awrap_tool_call, routed, _araising(execute)),
             )
         output = _as_output(node, answer)
     update, reports = finish_step(node.settings, state, batch, output)

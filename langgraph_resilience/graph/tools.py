@@ -7,8 +7,8 @@ exactly as in LangGraph) and intercepts each call through ToolNode's public
 the exactly-once flow of a side effect (`graph.exactly_once`), the output contract,
 and one classification of a failure, which then travels with the call. Which calls
 run is `graph.tool_batch`'s choice; what becomes of them, `graph.tool_step`'s. The
-interception is one `core.flow` flow, driven sync by ``_wrap`` and async by
-``_awrap``; so is the step (``_step``: a short backoff is retried inside it,
+interception is one `core.flow` flow, driven sync by ``wrap_tool_call`` and async by
+``awrap_tool_call``; so is the step (``_step``: a short backoff is retried inside it,
 `graph.step_retry`), driven by ``run`` and ``arun``.
 """
 
@@ -185,8 +185,8 @@ class GuardedToolNode(ResilienceNode):
             list(tools),
             handle_tool_errors=False,
             messages_key=messages_key,
-            wrap_tool_call=self._wrap,
-            awrap_tool_call=self._awrap,
+            wrap_tool_call=self.wrap_tool_call,
+            awrap_tool_call=self.awrap_tool_call,
         )
         self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
         self.guards.servers.update(servers_of(self.tools_by_name.values(), self.profiles))
@@ -442,7 +442,7 @@ class GuardedToolNode(ResilienceNode):
         """Chooses the side-effect ledger of a run (from its checkpointer)."""
         return self._ledgers
 
-    def _wrap(
+    def wrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Answer]
     ) -> Answer:
         """Sync interception of one call (ToolNode's ``wrap_tool_call``)."""
@@ -458,7 +458,7 @@ class GuardedToolNode(ResilienceNode):
 
         return drive(self._intercept(request, run, effect_run), self.clock)
 
-    async def _awrap(
+    async def awrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Answer]]
     ) -> Answer:
         """Async interception of one call (ToolNode's ``awrap_tool_call``)."""
@@ -548,8 +548,8 @@ class GuardedToolNode(ResilienceNode):
         request, execute = found
         again = request.override(tool_call=call)
         answer = yield Call(
-            functools.partial(self._wrap, again, execute),
-            functools.partial(self._awrap, again, execute),
+            functools.partial(self.wrap_tool_call, again, execute),
+            functools.partial(self.awrap_tool_call, again, execute),
         )
         return [answer] if isinstance(answer, Command) else {self.messages_key: [answer]}
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig
-from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph import END, START, StateGraph
@@ -80,6 +79,7 @@ def _check_state(builder: StateGraph[Any, Any, Any, Any], messages_key: str) -> 
 def _check_names(
     builder: StateGraph[Any, Any, Any, Any],
     agent: str,
+    entry: str,
     node_names: Mapping[str, str] | None,
     roles: Sequence[str],
 ) -> dict[str, str]:
@@ -107,31 +107,27 @@ def _check_names(
             f"node {agent!r} already has outgoing edges; add_resilience adds them itself "
             "(tool calls -> tools, otherwise END): remove yours"
         )
-    if not any(source == START for source, _ in builder.edges) and not builder.branches.get(START):
+    if any(source == START for source, _ in builder.edges) or builder.branches.get(START):
         raise ConfigurationError(
-            "the graph has no edge from START yet; add it first (e.g. "
-            "builder.add_edge(START, 'agent')), then call add_resilience: it puts a step there "
-            "that answers tool calls a stopped run left unanswered"
+            "add_resilience adds the graph's entry itself (START -> your agent, through a "
+            "step that answers tool calls a stopped run left unanswered): remove your "
+            "builder.add_edge(START, ...); to start at another node, pass entry='that_node'"
+        )
+    if entry not in builder.nodes:
+        raise ConfigurationError(
+            f"entry {entry!r} is not a node of the graph (nodes: {sorted(builder.nodes)})"
         )
     return names
 
 
-def _enter_through(builder: StateGraph[Any, Any, Any, Any], name: str, messages_key: str) -> None:
-    """Put `name` (the pending-calls node) at the graph's entry: START -> name ->
-    wherever START led. With one plain edge from START, the entry is a router instead
-    (`route_entry`): the node runs only when a stopped run left calls unanswered."""
-    targets = [target for source, target in builder.edges if source == START]
-    for target in targets:
-        builder.edges.discard((START, target))
-        builder.add_edge(name, target)
-    branches = builder.branches.pop(START, None)
-    if branches:
-        builder.branches[name] = branches
-    if len(targets) == 1 and not branches:
-        entry = _Router(route_entry, messages_key)
-        builder.add_conditional_edges(START, entry, {"pending": name, "go": targets[0]})
-    else:
-        builder.add_edge(START, name)
+def _add_entry(
+    builder: StateGraph[Any, Any, Any, Any], pending: str, entry: str, messages_key: str
+) -> None:
+    """START -> `entry`, through `pending` (the pending-calls node) only when a stopped run
+    left calls unanswered (`route_entry`): a clean turn pays no extra step."""
+    router = _Router(route_entry, messages_key)
+    builder.add_conditional_edges(START, router, {"pending": pending, "go": entry})
+    builder.add_edge(pending, entry)
 
 
 def check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
@@ -184,13 +180,15 @@ def add_resilience(
     retry_budget_store: InMemoryRetryBudgetStore | PostgresRetryBudgetStore | None = None,
     idempotency: IdempotencyStore | None = None,
     saga: SagaLog | None = None,
+    entry: str | None = None,
 ) -> StateGraph[Any, Any, Any, Any]:
     """Wire guarded tool execution and the enabled recovery paths into `builder`.
 
     Args:
         builder: the user's `StateGraph`, whose state includes `ResilienceState`.
         agent: the name of the existing LLM node that emits tool calls. Its
-            outgoing edge is added here: tool calls -> tools, otherwise END.
+            outgoing edge is added here: tool calls -> tools, otherwise END. So is the
+            graph's entry (START -> agent): add no edge from START yourself.
         tools: the tools the agent may call (as for `ToolNode`).
         policy: budgets and backoff; defaults to `ResiliencePolicy()`.
         profiles: per-tool `ToolProfile`s, by tool name.
@@ -217,6 +215,8 @@ def add_resilience(
             (Postgres or SQLite) so a crashed and resumed thread never repeats one.
         saga: the log of compensable effects (``ToolProfile(compensate=...)``),
             undone newest first when a human aborts; ``Persistence.saga`` to share it.
+        entry: the node the graph starts at (default: `agent`), for a graph that
+            prepares the model's input in a node of its own first.
 
     Returns the same builder, for chaining.
 
@@ -226,7 +226,7 @@ def add_resilience(
         raise ConfigurationError(f"builder must be a langgraph StateGraph, got {type(builder)!r}")
     _check_state(builder, messages_key)
     roles = _roles(repair_model is not None, planner_model is not None, escalate)
-    names = _check_names(builder, agent, node_names, roles)
+    names = _check_names(builder, agent, entry or agent, node_names, roles)
     if not tools:
         raise ConfigurationError("tools is empty; pass the tools your agent may call")
     tool_node = GuardedToolNode(
@@ -264,7 +264,7 @@ def add_resilience(
             )
         else:
             builder.add_node(names[role], node)
-    _enter_through(builder, names["pending"], messages_key)
+    _add_entry(builder, names["pending"], entry or agent, messages_key)
     _add_edges(builder, agent, names=names, roles=roles, onward=onward, messages_key=messages_key)
     return builder
 
@@ -335,7 +335,7 @@ def _add_edges(
 ) -> None:
     """The agent's edge to the tools, and every recovery node's router (the tools node
     routes itself: `SelfRouted`)."""
-    router = _Router(announced_next_step, messages_key)
+    router = _traced(announced_next_step, messages_key)
     builder.add_conditional_edges(
         agent,
         _Router(route_after_agent, messages_key),
@@ -343,13 +343,13 @@ def _add_edges(
     )
     for role in roles:
         if role in ("pending", "tools"):
-            continue  # pending: its edges are START's (_enter_through); tools: SelfRouted
+            continue  # pending: its edges are the entry's (_add_entry); tools: SelfRouted
         if role == "retry":
             builder.add_edge(names["retry"], names["tools"])
         elif role == "executor":
             builder.add_conditional_edges(
                 names["executor"],
-                _Router(route_after_executor, messages_key),
+                _traced(route_after_executor, messages_key),
                 onward,
             )
         else:
@@ -357,29 +357,35 @@ def _add_edges(
 
 
 class _Router(Runnable[Any, Any]):
-    """One of the package's routers, bound to the graph's messages key and named after
-    it (LangGraph names the branch so), run as plain code: not a traced run of its own.
-
-    A function given to ``add_conditional_edges`` becomes a traced run (callbacks
-    start and end it) on every turn; three such runs were over a third of a clean turn's
-    overhead over plain ``ToolNode``. The routers are the package's plumbing, and a
-    route that leaves the clean path is announced as a ``route`` event."""
+    """A router of the clean path (after the agent, at the entry), bound to the graph's
+    messages key and named after it (LangGraph names the branch so), run as plain code:
+    not a traced run of its own. A function given to ``add_conditional_edges`` becomes a
+    traced run (callbacks start and end it) on every turn; three such runs were over a
+    third of a clean turn's overhead over plain ``ToolNode``. These routers emit no
+    events; those after the recovery nodes, off the clean path, do (`_traced`)."""
 
     def __init__(self, route: Callable[..., Any], messages_key: str) -> None:
         self.route, self.messages_key = route, messages_key
         self.name = route.__name__
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        # the config in context, as a traced run would set it: a route event finds the
-        # run's stream writer through it
-        token = var_child_runnable_config.set(config)
-        try:
-            return self.route(input, messages_key=self.messages_key)
-        finally:
-            var_child_runnable_config.reset(token)
+        # LangGraph runs a branch inside its node's task, so a route event finds the
+        # run's stream writer in the context the task set
+        return self.route(input, messages_key=self.messages_key)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self.invoke(input, config)
+
+
+def _traced(route: Callable[..., Any], messages_key: str) -> Callable[[Any], Any]:
+    """A router off the clean path, given to LangGraph as a function (a traced run of its
+    own): its ``route`` event reaches the run's stream through the context it sets."""
+
+    def routed(state: Any) -> Any:
+        return route(state, messages_key=messages_key)
+
+    routed.__name__ = routed.__qualname__ = route.__name__
+    return routed
 
 
 def announced_next_step(state: Any, messages_key: str = "messages") -> Next:

@@ -35,6 +35,7 @@ from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import ConfigurationError, ResilienceError, ThreadBusyError
 from langgraph_resilience.stores.locks import LockTarget, athread_lock, thread_lock
+from langgraph_resilience.stores.postgres import Postgres
 from langgraph_resilience.stores.remote_threads import (
     RemoteThreads,
     Server,
@@ -344,7 +345,7 @@ _LATEST_SQL = (
     "SELECT thread_id, max(checkpoint_id) AS latest FROM checkpoints "
     "WHERE checkpoint_ns = '' GROUP BY thread_id ORDER BY latest DESC, thread_id"
 )
-_PG_LATEST_SQL = _LATEST_SQL + " LIMIT %s"
+_PG_LATEST_SQL = _LATEST_SQL + " LIMIT %(limit)s"
 _SQLITE_LATEST_SQL = _LATEST_SQL + " LIMIT ?"
 
 
@@ -354,16 +355,21 @@ def _check_limit(limit: int | None) -> int | None:
     return limit
 
 
+def _on_saver(saver: PostgresSaver | AsyncPostgresSaver) -> Postgres:
+    """The saver's own connection or pool, used as the saver uses it (its lock held)."""
+    is_async = isinstance(saver, AsyncPostgresSaver)
+    owner = type(saver).__name__
+    return Postgres(saver.conn, owner=owner, is_async=is_async, lock=saver.lock)
+
+
 def _pg_threads(saver: PostgresSaver, limit: int | None) -> list[str]:
-    with saver._cursor() as cur:
-        cur.execute(_PG_LATEST_SQL, (limit,))
-        return [str(row["thread_id"]) for row in cur.fetchall()]
+    rows = _on_saver(saver).rows(_PG_LATEST_SQL, {"limit": limit})
+    return [str(row["thread_id"]) for row in rows]
 
 
 async def _apg_threads(saver: AsyncPostgresSaver, limit: int | None) -> list[str]:
-    async with saver._cursor() as cur:
-        await cur.execute(_PG_LATEST_SQL, (limit,))
-        return [str(row["thread_id"]) for row in await cur.fetchall()]
+    rows = await _on_saver(saver).arows(_PG_LATEST_SQL, {"limit": limit})
+    return [str(row["thread_id"]) for row in rows]
 
 
 def _sqlite_threads(saver: SqliteSaver, limit: int | None) -> list[str]:

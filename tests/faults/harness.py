@@ -32,7 +32,7 @@ import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import StructuredTool
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 import langgraph_resilience
 from langgraph_resilience import (
@@ -267,7 +267,6 @@ def build_app(
     status = bank.status if mode == "sync" else bank.astatus
     builder = StateGraph(State)
     builder.add_node("agent", RunnableLambda(call_model, afunc=acall_model))
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
-from langgraph.graph import START, StateGraph
+from langgraph.graph import StateGraph
 
 from langgraph_resilience import (
     ConfigurationError,
@@ -223,7 +223,6 @@ def test_bad_fallback_configuration_fails_at_construction(
     """Unknown fallbacks, self-fallbacks and cycles are rejected when the graph is built."""
     builder = StateGraph(State)
     builder.add_node("agent", lambda s: s)
-    builder.add_edge(START, "agent")
     with pytest.raises(ConfigurationError, match=problem):
         add_resilience(
             builder,

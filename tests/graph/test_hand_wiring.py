@@ -93,7 +93,6 @@ def test_a_hand_wired_graph_retries_like_add_resilience(runner: Runner) -> None:
         else:
             builder = StateGraph(State)
             builder.add_node("agent", _agent(model, tools))
-            builder.add_edge(START, "agent")
             add_resilience(builder, agent="agent", tools=tools, clock=clock, rng=random.Random(0))
             app = builder.compile(checkpointer=InMemorySaver())
         config = {"configurable": {"thread_id": f"hand-{wiring}"}}

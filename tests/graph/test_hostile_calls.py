@@ -9,7 +9,7 @@ import pytest
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
+from langgraph.graph import StateGraph
 
 from langgraph_resilience import add_resilience, tool_error_of
 from langgraph_resilience.testing import FakeClock, FakeHTTPError, text
@@ -81,7 +81,6 @@ def test_a_call_without_an_id_is_answered_not_run() -> None:
 
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
     add_resilience(builder, agent="agent", tools=[search], clock=FakeClock())
     app = builder.compile(checkpointer=InMemorySaver())
 

@@ -387,7 +387,6 @@ def _subgraph(tool_runs: list[str], model: ScriptedChatModel) -> Any:
 
     builder = StateGraph(State)
     builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-    builder.add_edge(START, "agent")
     add_resilience(builder, agent="agent", tools=[lookup], clock=FakeClock(), rng=random.Random(1))
     return builder
 

@@ -21,7 +21,7 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from psycopg.rows import dict_row
 
 from langgraph_resilience import (
@@ -90,7 +90,6 @@ def build(dsn: str, responses: list[Any], clock: Any) -> StateGraph[Any, Any, An
             afunc=lambda s: _acall(model, s),
         ),
     )
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -22,7 +22,7 @@ import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from psycopg_pool import ConnectionPool
 
 from langgraph_resilience import (
@@ -97,7 +97,6 @@ def build(dsn: str, pool: ConnectionPool[Any], marker: pathlib.Path, *, kill: bo
         behind._write = killed
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -36,7 +36,7 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import (
@@ -154,7 +154,6 @@ def build(
             afunc=lambda s: _acall(model, s),
         ),
     )
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

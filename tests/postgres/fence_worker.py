@@ -21,7 +21,7 @@ import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     Persistence,
@@ -79,7 +79,6 @@ def build(dsn: str, p: Persistence, *, block: pathlib.Path | None) -> Any:
             afunc=lambda s: _acall(model, s),
         ),
     )
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

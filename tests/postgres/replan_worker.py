@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from langgraph.types import Command
 from psycopg.rows import dict_row
 
@@ -96,7 +96,6 @@ def build(dsn: str, *, planner: list[Any], marker: pathlib.Path | None) -> Any:
     builder.add_node(
         "agent", RunnableLambda(lambda s: {"messages": [agent_model.invoke(s["messages"])]})
     )
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

@@ -43,7 +43,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -131,7 +131,6 @@ def build(dsn: str, saver: Any, *, entry: str, kill: str, marker: pathlib.Path) 
         "agent",
         RunnableLambda(lambda s: {"messages": [model.invoke(s["messages"])]}, afunc=acall),
     )
-    builder.add_edge(START, "agent")
     add_resilience(builder, agent="agent", tools=[refund], clock=clock, profiles=profiles)
     return builder.compile(checkpointer=saver)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 from langchain_core.tools import tool
-from langgraph.graph import START, StateGraph
+from langgraph.graph import StateGraph
 from langgraph.types import Command
 
 from langgraph_resilience import ToolProfile, add_resilience, aopen_postgres
@@ -62,7 +62,6 @@ def test_abort_on_the_async_ledger_refunds_every_charge(pg_dsn: str) -> None:
         async with aopen_postgres(pg_dsn) as p:
             builder = StateGraph(State)
             builder.add_node("agent", agent)
-            builder.add_edge(START, "agent")
             add_resilience(
                 builder,
                 agent="agent",

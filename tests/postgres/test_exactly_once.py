@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
-from langgraph.graph import START, StateGraph
+from langgraph.graph import StateGraph
 
 from langgraph_resilience import (
     EffectStatus,
@@ -206,7 +206,6 @@ def test_hundred_threads_on_one_pool_lose_nothing_and_pay_once(pg_dsn: str) -> N
             builder.add_node(
                 "agent", RunnableLambda(lambda s: {"messages": [model.invoke(s["messages"])]})
             )
-            builder.add_edge(START, "agent")
             add_resilience(
                 builder,
                 agent="agent",

@@ -94,7 +94,7 @@ def test_a_replan_with_long_step_ids_keeps_the_provider_history_valid(
     """The planner names its steps as it likes (the verifier takes up to 64 characters);
     the calls the executor issues keep ids every provider accepts, so the agent's next
     request to the strict server is answered, not refused with a 400."""
-    from langgraph.graph import START, StateGraph  # noqa: PLC0415
+    from langgraph.graph import StateGraph  # noqa: PLC0415
 
     from langgraph_resilience import add_resilience  # noqa: PLC0415
     from langgraph_resilience.testing import (  # noqa: PLC0415
@@ -128,7 +128,6 @@ def test_a_replan_with_long_step_ids_keeps_the_provider_history_valid(
     agent = _client(server).bind_tools([get_weather, weather_v2])
     builder = StateGraph(State)
     builder.add_node("agent", lambda state: {"messages": [agent.invoke(state["messages"])]})
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

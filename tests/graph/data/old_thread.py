@@ -7,7 +7,7 @@ from typing import Any
 
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
 from langgraph_resilience.testing import (
@@ -70,7 +70,6 @@ def build(
 
     builder = StateGraph(State)
     builder.add_node("agent", agent)
-    builder.add_edge(START, "agent")
     add_resilience(
         builder,
         agent="agent",

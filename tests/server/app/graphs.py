@@ -27,7 +27,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph import MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_resilience import (
@@ -138,7 +138,6 @@ _MODEL = model()
 def _builder() -> StateGraph[Any]:
     builder = StateGraph(State)
     builder.add_node("agent", _agent_node)
-    builder.add_edge(START, "agent")
     return builder
 
 
