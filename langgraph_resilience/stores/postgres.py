@@ -756,7 +756,7 @@ class PostgresIdempotencyStore(_PostgresLedger):
     """The ledger in PostgreSQL table ``lgr_idempotency``, over a psycopg pool or connection.
 
     Works with the pool configuration LangGraph's `PostgresSaver` needs
-    (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). On a single
+    (``autocommit=True, prepare_threshold=None, row_factory=dict_row``). On a single
     connection another user also holds (a ``PostgresSaver``'s ``saver.conn``), pass
     that user's `lock` (``saver.lock``): each statement then runs under it, one at a
     time and unprepared (`Postgres`). Claiming a
