@@ -161,14 +161,21 @@ def fetch(cur: Any, query: Any, params: Any = None) -> Flow[list[Any]]:
     return rows
 
 
-def _is_fenced(exc: BaseException) -> bool:
-    """A write the database refused because its thread lease is no longer the writer's."""
-    return isinstance(exc, psycopg.Error) and exc.sqlstate == FENCE_SQLSTATE
-
-
-def _fenced(exc: BaseException) -> ThreadLockLostError:
-    thread_id = exc.diag.message_detail if isinstance(exc, psycopg.Error) else None
-    return ThreadLockLostError(thread_id or "?", "its lease was taken over or expired")
+def _raise_ours(exc: BaseException) -> None:
+    """A driver error that means something of ours, raised as what it means: a write the
+    database refused because the writer's thread lease is gone (`ThreadLockLostError`),
+    or a ledger whose tables predate the fence functions (`ConfigurationError`)."""
+    if not isinstance(exc, psycopg.Error):
+        return
+    if exc.sqlstate == FENCE_SQLSTATE:
+        thread_id = exc.diag.message_detail or "?"
+        raise ThreadLockLostError(thread_id, "its lease was taken over or expired") from None
+    if isinstance(exc, psycopg.errors.UndefinedFunction) and "lgr_" in str(exc):
+        raise ConfigurationError(
+            "the ledger's tables were set up by an older version, without the thread "
+            "lease functions its writes call: run setup() once (open_postgres(dsn) does, "
+            "or PostgresIdempotencyStore(pool).setup()), then start the workers"
+        ) from exc
 
 
 def _transaction(cur: Any, statements: Iterable[str]) -> Flow[None]:
@@ -328,8 +335,7 @@ class Postgres:
             except BaseException as exc:
                 if conn.info.transaction_status != TransactionStatus.IDLE:
                     conn.rollback()
-                if _is_fenced(exc):
-                    raise _fenced(exc) from None
+                _raise_ours(exc)
                 raise
 
     async def arun(
@@ -350,8 +356,7 @@ class Postgres:
             except BaseException as exc:
                 if conn.info.transaction_status != TransactionStatus.IDLE:
                     await conn.rollback()
-                if _is_fenced(exc):
-                    raise _fenced(exc) from None
+                _raise_ours(exc)
                 raise
 
     def rows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:

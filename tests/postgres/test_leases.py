@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from langgraph_resilience import (
+    ConfigurationError,
     PersistenceError,
     ThreadBusyError,
     ThreadLockLostError,
@@ -279,3 +280,15 @@ def test_a_pooler_refusal_is_reported_as_the_servers_reason(
     assert "lgr_no_such_db" in str(caught.value)
     with open_postgres(through, timeout=3):
         pass
+
+
+def test_a_ledger_set_up_before_leases_says_to_run_setup(pg_dsn: str) -> None:
+    """Tables created by a version without the fence functions: the first write says to
+    run setup() once (not a retried, generic ledger outage); after it, writes go on."""
+    with open_postgres(pg_dsn) as p:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("DROP FUNCTION lgr_fenced(text, jsonb)")
+        with pytest.raises(ConfigurationError, match=r"run setup\(\) once"):
+            p.idempotency.claim("k", tool="pay", args_json="{}", thread_id="t")
+        p.idempotency.setup()
+        assert p.idempotency.claim("k", tool="pay", args_json="{}", thread_id="t").state == "new"
