@@ -29,6 +29,8 @@ __all__ = [
     "RELEASE",
     "RENEW",
     "SETUP_LOCK",
+    "SETUP_LOCK_TIMEOUT",
+    "SETUP_PREAMBLE",
     "setup_transaction",
 ]
 
@@ -87,11 +89,14 @@ SETUP_LOCK_TIMEOUT = "15s"
 """How long a start-up waits for another's DDL (or a lock on our tables) before it
 fails with `SetupTimeoutError` instead of hanging."""
 
+SETUP_PREAMBLE = (f"SET LOCAL lock_timeout = '{SETUP_LOCK_TIMEOUT}'", SETUP_LOCK)
+"""What every DDL transaction of ours starts with: its lock waits capped, then the
+cross-process setup lock."""
+
 
 def setup_transaction(statements: tuple[str, ...]) -> tuple[str, ...]:
-    """`statements` as one bounded DDL transaction's body: the lock wait capped, then
-    the cross-process setup lock, then the DDL."""
-    return (f"SET LOCAL lock_timeout = '{SETUP_LOCK_TIMEOUT}'", SETUP_LOCK, *statements)
+    """`statements` as one bounded DDL transaction's body."""
+    return (*SETUP_PREAMBLE, *statements)
 
 
 ACQUIRE = """

@@ -270,8 +270,9 @@ def open_sqlite(path: str | pathlib.Path) -> Iterator[Persistence]:
 SETUP_THREAD = "langgraph-resilience:setup"
 """The lease row start-ups take to run every ``setup()`` one process at a time."""
 DEFAULT_SETUP_TIMEOUT = 60.0
-"""Seconds a start-up waits for another process's setup: twice the default lease TTL,
-so a setup whose process crashed is taken over first."""
+"""Seconds a start-up waits for another process's setup: twice the setup lease's TTL
+(always the default 30 s, whatever ``lease_ttl`` says: a setup is not cut short by a
+short thread TTL), so a setup whose process crashed is taken over first."""
 
 _SYNC_PARTS = (FencedPostgresSaver, PostgresStore, PostgresIdempotencyStore, PostgresSagaLog)
 _ASYNC_PARTS = (
@@ -311,7 +312,12 @@ def _setup(p: Persistence, *, checkpointer: bool, wait: float) -> Flow[None]:
     runner = Postgres(p.pool, owner="open_postgres", is_async=asynchronous)
     try:
         lease = yield from acquire(
-            runner, SETUP_THREAD, ttl=p.lease_ttl, wait=wait, clock=_NEVER_SLEEPS, where=p.target
+            runner,
+            SETUP_THREAD,
+            ttl=DEFAULT_LEASE_TTL,
+            wait=wait,
+            clock=_NEVER_SLEEPS,
+            where=p.target,
         )
     except ThreadBusyError as exc:
         raise SetupTimeoutError.waiting("the tables", seconds=f"{wait:g}s") from exc
@@ -411,8 +417,8 @@ def _why_no_connection(
         return first_line(exc)
     yield Call(conn.close)
     return (
-        "a direct connection works, so the pool's connections were refused or queued: "
-        "a pooler's pool or max_client_conn may be full; raise timeout= or min_size="
+        "a direct connection works, so the pool's connections were refused or queued "
+        "(a pooler's pool or max_client_conn full?): raise those limits, or timeout="
     )
 
 

@@ -45,7 +45,7 @@ from langgraph_resilience.stores.lease_sql import (
     FENCE_SQLSTATE,
     LEASE_DDL,
     SETUP_LOCK_TIMEOUT,
-    setup_transaction,
+    SETUP_PREAMBLE,
 )
 from langgraph_resilience.stores.saga import SAGA_COLUMNS, SagaDialect, SqlSagaLog
 from langgraph_resilience.stores.sql import (
@@ -539,9 +539,9 @@ def _bounded(table: str) -> Iterator[None]:
         raise SetupTimeoutError.waiting(table, seconds=SETUP_LOCK_TIMEOUT) from exc
 
 
-_IDEMPOTENCY_DDL = setup_transaction(
-    (
-        """
+_IDEMPOTENCY_DDL = (
+    *SETUP_PREAMBLE,
+    """
     CREATE TABLE IF NOT EXISTS lgr_idempotency (
         key text PRIMARY KEY,
         tool text,
@@ -554,25 +554,24 @@ _IDEMPOTENCY_DDL = setup_transaction(
         updated_at timestamptz NOT NULL DEFAULT now()
     )
     """,
-        "CREATE INDEX IF NOT EXISTS lgr_idempotency_thread_idx ON lgr_idempotency (thread_id)",
-        "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
-        "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
-        "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
-        # `purge`: completed rows by age. On a large table created by an earlier version,
-        # create it beforehand with CREATE INDEX CONCURRENTLY (same name) to avoid
-        # blocking writes while it builds; this statement is then a no-op.
-        "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
-        "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
-        # the thread leases, whose tokens the ledger's writes carry (``lgr_fenced``)
-        *LEASE_DDL,
-    )
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_thread_idx ON lgr_idempotency (thread_id)",
+    "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
+    # `purge`: completed rows by age. On a large table created by an earlier version,
+    # create it beforehand with CREATE INDEX CONCURRENTLY (same name) to avoid
+    # blocking writes while it builds; this statement is then a no-op.
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
+    "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
+    # the thread leases, whose tokens the ledger's writes carry (``lgr_fenced``)
+    *LEASE_DDL,
 )
 """The ledger's tables, and the leases its writes are fenced by, in one transaction:
 the lock wait capped (`SetupTimeoutError`, never a hang), under the setup lock."""
 
-_SAGA_DDL = setup_transaction(
-    (
-        """
+_SAGA_DDL = (
+    *SETUP_PREAMBLE,
+    """
     CREATE TABLE IF NOT EXISTS lgr_saga (
         seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         thread_id text NOT NULL,
@@ -584,8 +583,7 @@ _SAGA_DDL = setup_transaction(
         at timestamptz NOT NULL DEFAULT clock_timestamp()
     )
     """,
-        "CREATE INDEX IF NOT EXISTS lgr_saga_thread_idx ON lgr_saga (thread_id, seq)",
-    )
+    "CREATE INDEX IF NOT EXISTS lgr_saga_thread_idx ON lgr_saga (thread_id, seq)",
 )
 
 _OUTCOME = """
