@@ -23,6 +23,7 @@ __all__ = [
     "ACQUIRE",
     "CHECK",
     "FENCE_SQLSTATE",
+    "FORGET",
     "HOLDER_OF",
     "LEASE_DDL",
     "LEASE_TABLE",
@@ -133,6 +134,11 @@ RETURNING token
 """
 """Give a lease back; a stale token deletes nothing. Tokens come from a sequence, so
 the next holder's is still greater."""
+
+FORGET = """
+DELETE FROM lgr_thread_leases WHERE thread_id = %(thread_id)s AND holder = %(holder)s
+"""
+"""Give back whatever lease `holder` took (an acquisition whose answer never came)."""
 
 CHECK = """
 SELECT EXTRACT(EPOCH FROM expires_at - now())::float8 AS expires_in

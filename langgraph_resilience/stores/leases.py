@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from langgraph_resilience.core.backoff import ledger_retry_delay
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.flow import Call, Flow, Sleep
 from langgraph_resilience.core.lease import (
@@ -40,7 +41,7 @@ from langgraph_resilience.core.lease import (
 )
 from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
 from langgraph_resilience.stores import lease_sql
-from langgraph_resilience.stores.postgres import SetupTimeoutError
+from langgraph_resilience.stores.postgres import PersistenceError, SetupTimeoutError, first_line
 
 __all__ = ["Lease", "LeaseRunner", "acquire", "ensure_schema", "holder_prefix"]
 
@@ -102,14 +103,21 @@ class Lease:
         return ThreadLockLostError(self.thread_id, self.where)
 
     def check(self) -> None:
-        """Raise `ThreadLockLostError` unless the lease is still held (one statement; a
-        database that does not answer counts as lost: the run stops, and resumes later)."""
+        """Raise `ThreadLockLostError` unless the lease is still held (one statement, sent
+        again once on a broken connection; a database that still does not answer counts
+        as lost: the run stops, and resumes later)."""
         if self.lost:
             raise self._lost()
-        try:
-            rows = self.runner.rows(lease_sql.CHECK, self._params(margin=check_margin(self.ttl)))
-        except psycopg.Error:
-            raise self._lost() from None
+        params = self._params(margin=check_margin(self.ttl))
+        for attempt in (1, 2):
+            try:
+                rows = self.runner.rows(lease_sql.CHECK, params)
+                break
+            except psycopg.OperationalError:
+                if attempt == 2:
+                    raise self._lost() from None
+            except psycopg.Error:
+                raise self._lost() from None
         if not rows:
             raise self._lost()
 
@@ -117,11 +125,16 @@ class Lease:
         """Async `check`."""
         if self.lost:
             raise self._lost()
-        try:
-            margin = check_margin(self.ttl)
-            rows = await self.runner.arows(lease_sql.CHECK, self._params(margin=margin))
-        except psycopg.Error:
-            raise self._lost() from None
+        params = self._params(margin=check_margin(self.ttl))
+        for attempt in (1, 2):
+            try:
+                rows = await self.runner.arows(lease_sql.CHECK, params)
+                break
+            except psycopg.OperationalError:
+                if attempt == 2:
+                    raise self._lost() from None
+            except psycopg.Error:
+                raise self._lost() from None
         if not rows:
             raise self._lost()
 
@@ -172,11 +185,14 @@ class Lease:
                 delay = renew_retry(self.ttl)
 
     def release(self) -> None:
-        """Stop renewing and give the lease back (a failure leaves it to lapse)."""
+        """Stop renewing and give the lease back (sent again once on a broken connection;
+        a failure leaves it to lapse)."""
         if self._stop is not None:
             self._stop.set()
-        with contextlib.suppress(Exception):
-            self.runner.rows(lease_sql.RELEASE, self._params())
+        for _ in (1, 2):
+            with contextlib.suppress(Exception):
+                self.runner.rows(lease_sql.RELEASE, self._params())
+                return
 
     async def arelease(self) -> None:
         """Async `release`."""
@@ -185,17 +201,24 @@ class Lease:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        with contextlib.suppress(Exception):
-            await self.runner.arows(lease_sql.RELEASE, self._params())
+        for _ in (1, 2):
+            with contextlib.suppress(Exception):
+                await self.runner.arows(lease_sql.RELEASE, self._params())
+                return
 
 
-def ensure_schema(runner: LeaseRunner) -> Flow[None]:
+def ensure_schema(runner: LeaseRunner, where: str = "") -> Flow[None]:
     """Create the lease table and its functions (one bounded transaction)."""
     statements = lease_sql.setup_transaction(lease_sql.LEASE_DDL)
     try:
         yield Call(runner.transaction, runner.atransaction, (statements,))
     except psycopg.errors.LockNotAvailable as exc:
         raise SetupTimeoutError.waiting(lease_sql.LEASE_TABLE) from exc
+    except psycopg.Error as exc:
+        raise PersistenceError(
+            f"cannot create {lease_sql.LEASE_TABLE} at {where}: {first_line(exc)}; run "
+            "open_postgres(dsn) once as a role that may create tables"
+        ) from None
 
 
 def _busy(thread_id: str, where: str, row: Mapping[str, Any] | None) -> ThreadBusyError:
@@ -223,15 +246,26 @@ def acquire(
     holder = f"{holder_prefix()}:{uuid.uuid4().hex[:12]}"
     params = {"thread_id": thread_id, "holder": holder, "ttl": ttl}
     started: float = yield Call(clock.monotonic)
-    attempt, created = 0, False
+    attempt, failures, created = 0, 0, False
     while True:
         try:
             rows = yield Call(runner.rows, runner.arows, (lease_sql.ACQUIRE, params))
         except psycopg.errors.UndefinedTable:
             if created:
                 raise
-            yield from ensure_schema(runner)
+            yield from ensure_schema(runner, where)
             created = True
+            continue
+        except psycopg.OperationalError as exc:  # it may have been taken: ask again, as us
+            failures += 1
+            delay = ledger_retry_delay(failures)
+            if delay is None:
+                yield from _forget(runner, thread_id, holder)
+                raise PersistenceError(
+                    f"cannot take the lease of thread {thread_id!r} at {where}: "
+                    f"{first_line(exc)}; nothing ran: try again once PostgreSQL answers"
+                ) from None
+            yield Sleep(delay)
             continue
         row = rows[0] if rows else None
         if row is not None and row["token"] is not None:
@@ -243,6 +277,14 @@ def acquire(
         attempt += 1
         expires_in = None if row is None or row["expires_in"] is None else row["expires_in"]
         yield Sleep(poll_delay(attempt, expires_in=expires_in, left=left))
+
+
+def _forget(runner: LeaseRunner, thread_id: str, holder: str) -> Flow[None]:
+    """Give back a lease that an unanswered statement may have taken for `holder` (best
+    effort: a lease nobody renews lapses anyway)."""
+    params = {"thread_id": thread_id, "holder": holder}
+    with contextlib.suppress(psycopg.Error):
+        yield Call(runner.rows, runner.arows, (lease_sql.FORGET, params))
 
 
 def held_by(runner: LeaseRunner, thread_id: str) -> Flow[bool]:
