@@ -366,7 +366,11 @@ class Postgres:
         if self.is_async:
             return self._on_loop(self.arows(query, params))
         with self._lock, self.conn.cursor(row_factory=dict_row) as cur:
-            _execute_alone(self.conn, cur, query, params)
+            try:
+                _execute_alone(self.conn, cur, query, params)
+            except psycopg.Error as exc:
+                _raise_ours(exc)
+                raise
             return cur.fetchall() if _rows_of(cur) else []
 
     async def arows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -377,7 +381,11 @@ class Postgres:
             return await asyncio.to_thread(self.rows, query, params)
         self.loop = self.loop or asyncio.get_running_loop()
         async with self._lock, self.conn.cursor(row_factory=dict_row) as cur:
-            await _aexecute_alone(self.conn, cur, query, params)
+            try:
+                await _aexecute_alone(self.conn, cur, query, params)
+            except psycopg.Error as exc:
+                _raise_ours(exc)
+                raise
             return await cur.fetchall() if _rows_of(cur) else []
 
     def transaction(self, statements: Iterable[str]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_resilience import (
     ConfigurationError,
@@ -30,7 +31,7 @@ from langgraph_resilience.stores.held import holding
 from langgraph_resilience.stores.leases import Lease, acquire
 from langgraph_resilience.stores.locks import lease_runner, thread_held
 from langgraph_resilience.stores.persistence import SETUP_THREAD
-from langgraph_resilience.stores.postgres import SetupTimeoutError
+from langgraph_resilience.stores.postgres import PostgresIdempotencyStore, SetupTimeoutError
 from langgraph_resilience.testing import FakeClock
 from tests.pgbouncer import PgBouncer
 
@@ -292,3 +293,19 @@ def test_a_ledger_set_up_before_leases_says_to_run_setup(pg_dsn: str) -> None:
             p.idempotency.claim("k", tool="pay", args_json="{}", thread_id="t")
         p.idempotency.setup()
         assert p.idempotency.claim("k", tool="pay", args_json="{}", thread_id="t").state == "new"
+
+
+def test_a_stale_holders_claim_is_refused_on_a_saver_connection(pg_dsn: str) -> None:
+    """A ledger on LangGraph's own saver's single connection (under the saver's lock)
+    is fenced the same: a stale holder's claim is refused, typed."""
+    with PostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        ledger = PostgresIdempotencyStore(saver.conn, lock=saver.lock)
+        ledger.setup()
+        with thread_lock(pg_dsn, "t"):
+            ledger.claim("k1", tool="pay", args_json="{}", thread_id="t")
+            lapse(pg_dsn, "t")
+            take(other_worker(pg_dsn), "t").release()
+            with pytest.raises(ThreadLockLostError):
+                ledger.claim("k2", tool="pay", args_json="{}", thread_id="t")
+        assert ledger.get("k2") is None
