@@ -31,7 +31,7 @@ import psycopg
 
 from langgraph_resilience.core.backoff import ledger_retry_delay
 from langgraph_resilience.core.clock import Clock, SystemClock
-from langgraph_resilience.core.flow import Call, Flow, Sleep
+from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
 from langgraph_resilience.core.lease import (
     check_margin,
     poll_delay,
@@ -102,53 +102,48 @@ class Lease:
         self.lost = True
         return ThreadLockLostError(self.thread_id, self.where)
 
-    def check(self) -> None:
-        """Raise `ThreadLockLostError` unless the lease is still held (one statement, sent
-        again once on a broken connection; a database that still does not answer counts
-        as lost: the run stops, and resumes later)."""
+    def _statement(self, query: str, **extra: Any) -> Call:
+        return Call(self.runner.rows, self.runner.arows, (query, self._params(**extra)))
+
+    def _checked(self) -> Flow[None]:
+        """The fence check: one statement, sent again once on a broken connection; a
+        database that still does not answer counts as lost (the run stops, resumes later)."""
         if self.lost:
             raise self._lost()
-        params = self._params(margin=check_margin(self.ttl))
         for attempt in (1, 2):
             try:
-                rows = self.runner.rows(lease_sql.CHECK, params)
-                break
+                rows = yield self._statement(lease_sql.CHECK, margin=check_margin(self.ttl))
             except psycopg.OperationalError:
                 if attempt == 2:
                     raise self._lost() from None
+                continue
             except psycopg.Error:
                 raise self._lost() from None
-        if not rows:
-            raise self._lost()
+            if not rows:
+                raise self._lost()
+            return
+
+    def check(self) -> None:
+        """Raise `ThreadLockLostError` unless the lease is still the thread's current one
+        with more than a third of its TTL left (one statement)."""
+        drive(self._checked(), _REAL)
 
     async def acheck(self) -> None:
         """Async `check`."""
-        if self.lost:
-            raise self._lost()
-        params = self._params(margin=check_margin(self.ttl))
-        for attempt in (1, 2):
-            try:
-                rows = await self.runner.arows(lease_sql.CHECK, params)
-                break
-            except psycopg.OperationalError:
-                if attempt == 2:
-                    raise self._lost() from None
-            except psycopg.Error:
-                raise self._lost() from None
-        if not rows:
-            raise self._lost()
+        await adrive(self._checked(), _REAL)
+
+    def _renewed(self) -> Flow[bool]:
+        if not (yield self._statement(lease_sql.RENEW, ttl=self.ttl)):
+            self.lost = True
+        return not self.lost
 
     def renew(self) -> bool:
         """Extend the lease by its TTL; False (and `lost`) once it is gone."""
-        if not self.runner.rows(lease_sql.RENEW, self._params(ttl=self.ttl)):
-            self.lost = True
-        return not self.lost
+        return drive(self._renewed(), _REAL)
 
     async def arenew(self) -> bool:
         """Async `renew`."""
-        if not await self.runner.arows(lease_sql.RENEW, self._params(ttl=self.ttl)):
-            self.lost = True
-        return not self.lost
+        return await adrive(self._renewed(), _REAL)
 
     # ----------------------------------------------------------- in the background
 
@@ -184,15 +179,21 @@ class Lease:
             except Exception:
                 delay = renew_retry(self.ttl)
 
+    def _released(self) -> Flow[None]:
+        """Give the lease back: sent again once on a broken connection; a failure leaves
+        it to lapse."""
+        for _ in (1, 2):
+            try:
+                yield self._statement(lease_sql.RELEASE)
+                return
+            except Exception:  # once more, then let it lapse
+                continue
+
     def release(self) -> None:
-        """Stop renewing and give the lease back (sent again once on a broken connection;
-        a failure leaves it to lapse)."""
+        """Stop renewing and give the lease back."""
         if self._stop is not None:
             self._stop.set()
-        for _ in (1, 2):
-            with contextlib.suppress(Exception):
-                self.runner.rows(lease_sql.RELEASE, self._params())
-                return
+        drive(self._released(), _REAL)
 
     async def arelease(self) -> None:
         """Async `release`."""
@@ -201,10 +202,7 @@ class Lease:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        for _ in (1, 2):
-            with contextlib.suppress(Exception):
-                await self.runner.arows(lease_sql.RELEASE, self._params())
-                return
+        await adrive(self._released(), _REAL)
 
 
 def ensure_schema(runner: LeaseRunner, where: str = "") -> Flow[None]:
