@@ -177,7 +177,7 @@ def pgbouncer() -> Iterator[PgBouncer]:
 
 
 @pytest.fixture(params=["straight", "pgbouncer"])
-def route(request: pytest.FixtureRequest, pg_dsn: str) -> str:
+def pg_route(request: pytest.FixtureRequest, pg_dsn: str) -> str:
     """The test database's DSN, straight to PostgreSQL or through PgBouncer in
     ``pool_mode=transaction``: every pooler-sensitive test runs both ways."""
     if request.param == "straight":

@@ -42,7 +42,7 @@ def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
     """The scenario's tally, reported at the end of the session."""
     params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
     # the mode, and the route when there is one (straight to PostgreSQL or via PgBouncer)
-    mode = "/".join(str(params[k]) for k in ("route", "mode") if k in params) or "-"
+    mode = "/".join(str(params[k]) for k in ("pg_route", "mode") if k in params) or "-"
     scenario = request.node.originalname.removeprefix("test_")
     record = Tally(scenario=scenario, mode=mode)
     _TALLIES.append(record)

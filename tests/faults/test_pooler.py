@@ -105,7 +105,7 @@ def verdict(tally: Tally) -> None:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_two_resumers_of_one_thread(route: str, pg_dsn: str, tally: Tally, mode: str) -> None:
+def test_two_resumers_of_one_thread(pg_route: str, pg_dsn: str, tally: Tally, mode: str) -> None:
     """A thread stopped after a random number of payments; two workers resume it at the
     same moment (each waiting for the other, or not, at random): one runs it to the end,
     the other waits and finds it done or is refused; every amount paid once."""
@@ -149,9 +149,9 @@ def test_two_resumers_of_one_thread(route: str, pg_dsn: str, tally: Tally, mode:
 
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:
-            first = await driver.open(stack, other(route, "first"))
-            pa = await driver.open(stack, other(route, "worker-a"))
-            pb = await driver.open(stack, other(route, "worker-b"))
+            first = await driver.open(stack, other(pg_route, "first"))
+            pa = await driver.open(stack, other(pg_route, "worker-a"))
+            pb = await driver.open(stack, other(pg_route, "worker-b"))
             for seed in range(TRIALS):
                 await trial(seed, first, pa, pb)
 
@@ -163,7 +163,7 @@ def test_two_resumers_of_one_thread(route: str, pg_dsn: str, tally: Tally, mode:
 # ------------------------------------------------------------------ SIGKILL + resume
 
 
-def test_sigkill_at_a_random_point_then_resume(route: str, pg_dsn: str, tally: Tally) -> None:
+def test_sigkill_at_a_random_point_then_resume(pg_route: str, pg_dsn: str, tally: Tally) -> None:
     """A worker process (sync and async in turn) runs a plan under the thread's lease (TTL
     2 s) and is SIGKILLed at a random moment of its run; the thread is then resumed in
     the same mode (waiting for the dead worker's lease to lapse): it finishes, every
@@ -182,7 +182,7 @@ def test_sigkill_at_a_random_point_then_resume(route: str, pg_dsn: str, tally: T
         mode = mode_of(seed)
         thread, plan = f"kill-{mode}-{seed}", plan_for(seed)
         locked, go = tmp / f"locked-{seed}", tmp / f"go-{seed}"
-        args = ["--dsn", route, "--bank", pg_dsn, "--thread", thread, "--mode", mode]
+        args = ["--dsn", pg_route, "--bank", pg_dsn, "--thread", thread, "--mode", mode]
         args += ["--plan", ",".join(map(str, plan)), "--seed", str(seed), "--think", str(THINK)]
         args += ["--ttl", str(TTL), "--locked", str(locked), "--go", str(go)]
         return spawn(WORKER, *args, killed=True), locked, go
@@ -221,7 +221,7 @@ def test_sigkill_at_a_random_point_then_resume(route: str, pg_dsn: str, tally: T
     async def main() -> None:
         async with contextlib.AsyncExitStack() as stack:
             ps = {
-                mode: await driver.open(stack, other(route, f"resumer-{mode}"), lease_ttl=TTL)
+                mode: await driver.open(stack, other(pg_route, f"resumer-{mode}"), lease_ttl=TTL)
                 for mode, driver in drivers.items()
             }
             span = await calibrate(drivers["sync"], ps["sync"], bank, think=THINK)
@@ -265,20 +265,20 @@ def fresh_database() -> Any:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def same_route(route: str, pg_dsn: str, other_db: str) -> str:
-    """`other_db` reached the way `route` reaches `pg_dsn` (straight or via PgBouncer)."""
-    return route.replace(pg_dsn.rpartition("/")[2], other_db.rpartition("/")[2])
+def same_route(pg_route: str, pg_dsn: str, other_db: str) -> str:
+    """`other_db` reached the way `pg_route` reaches `pg_dsn` (straight or via PgBouncer)."""
+    return pg_route.replace(pg_dsn.rpartition("/")[2], other_db.rpartition("/")[2])
 
 
 def test_four_processes_starting_at_once(
-    route: str, pg_dsn: str, tally: Tally, tmp_path: pathlib.Path
+    pg_route: str, pg_dsn: str, tally: Tally, tmp_path: pathlib.Path
 ) -> None:
     """Four worker processes (two sync, two async) released at the same instant on an
     empty database: each sets every table up (one at a time, under the setup lease),
     then pays one amount on its own thread. None hangs, each pays once."""
     for round_ in range(ROUNDS):
         with fresh_database() as straight:
-            dsn = same_route(route, pg_dsn, straight)
+            dsn = same_route(pg_route, pg_dsn, straight)
             bank = Bank(straight)
             go = tmp_path / f"go-{round_}"
             workers: list[tuple[Trial, subprocess.Popen[str], pathlib.Path]] = []

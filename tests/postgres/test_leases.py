@@ -62,39 +62,39 @@ def lapse(direct: str, thread: str) -> None:
         )
 
 
-def test_two_holders_cannot_hold_one_lease(route: str) -> None:
+def test_two_holders_cannot_hold_one_lease(pg_route: str) -> None:
     """While one runner holds a thread, every other (this process or another, sync or
     async) is refused, and told who holds it; once released the next one gets a greater
     token."""
-    with thread_lock(route, "t1") as first:
+    with thread_lock(pg_route, "t1") as first:
         assert isinstance(first, Lease)
         with pytest.raises(ThreadBusyError, match="another run in this process"):
-            thread_lock(route, "t1").__enter__()
+            thread_lock(pg_route, "t1").__enter__()
         with pytest.raises(ThreadBusyError, match=r"held by .*lapses in"):
-            take(other_worker(route), "t1")
+            take(other_worker(pg_route), "t1")
 
         async def async_runner() -> None:
-            async with athread_lock(route, "t1"):
+            async with athread_lock(pg_route, "t1"):
                 pass
 
         with pytest.raises(ThreadBusyError):
             asyncio.run(async_runner())
-        with thread_lock(route, "t2"):  # another thread is free
+        with thread_lock(pg_route, "t2"):  # another thread is free
             pass
-        assert thread_held(route, "t1")
-    assert not thread_held(route, "t1")
-    with thread_lock(other_worker(route), "t1") as second:
+        assert thread_held(pg_route, "t1")
+    assert not thread_held(pg_route, "t1")
+    with thread_lock(other_worker(pg_route), "t1") as second:
         assert isinstance(second, Lease)
         assert second.token > first.token
 
 
-def test_an_expired_lease_is_taken_over_with_a_higher_token(route: str, pg_dsn: str) -> None:
+def test_an_expired_lease_is_taken_over_with_a_higher_token(pg_route: str, pg_dsn: str) -> None:
     """A holder that stops renewing loses the thread once its lease lapses: the next
     runner takes it at once with a greater token; the old holder's check, renewal and
     release no longer count."""
-    stale = take(route, "t")
+    stale = take(pg_route, "t")
     lapse(pg_dsn, "t")
-    with thread_lock(other_worker(route), "t") as fresh:
+    with thread_lock(other_worker(pg_route), "t") as fresh:
         assert isinstance(fresh, Lease)
         assert fresh.token > stale.token
         with pytest.raises(ThreadLockLostError):
@@ -103,31 +103,31 @@ def test_an_expired_lease_is_taken_over_with_a_higher_token(route: str, pg_dsn: 
         fresh.check()
 
 
-def test_release_by_a_stale_token_does_nothing(route: str, pg_dsn: str) -> None:
+def test_release_by_a_stale_token_does_nothing(pg_route: str, pg_dsn: str) -> None:
     """The old holder's release after a takeover leaves the new holder's lease alone."""
-    stale = take(route, "t")
+    stale = take(pg_route, "t")
     lapse(pg_dsn, "t")
-    with thread_lock(other_worker(route), "t") as fresh:
+    with thread_lock(other_worker(pg_route), "t") as fresh:
         stale.release()
         assert isinstance(fresh, Lease)
         fresh.check()
         with pytest.raises(ThreadBusyError):
-            take(route, "t")
+            take(pg_route, "t")
 
 
-def test_a_stale_holders_writes_are_refused_by_the_database(route: str, pg_dsn: str) -> None:
+def test_a_stale_holders_writes_are_refused_by_the_database(pg_route: str, pg_dsn: str) -> None:
     """After a takeover, every write the stale runner sends carries its old token and is
     refused in the same statement (claim, release), or kept and the runner stopped
     (the outcome of an effect that ran); its fence check and checkpoint writes stop
     too. The new holder's writes go through."""
     config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-    with open_postgres(route) as p, thread_lock(p, "t") as lease:
+    with open_postgres(pg_route) as p, thread_lock(p, "t") as lease:
         assert isinstance(lease, Lease)
         ledger = p.idempotency
         ledger.claim("k-ran", tool="pay", args_json="{}", thread_id="t")
         ledger.claim("k-not-run", tool="pay", args_json="{}", thread_id="t")
         lapse(pg_dsn, "t")
-        fresh = take(other_worker(route), "t")
+        fresh = take(other_worker(pg_route), "t")
         with pytest.raises(ThreadLockLostError):
             ledger.claim("k-new", tool="pay", args_json="{}", thread_id="t", fingerprint="f")
         with pytest.raises(ThreadLockLostError):
@@ -156,13 +156,13 @@ def _none() -> Any:
     raise AssertionError("no record")
 
 
-async def test_a_stale_async_holders_writes_are_refused(route: str, pg_dsn: str) -> None:
+async def test_a_stale_async_holders_writes_are_refused(pg_route: str, pg_dsn: str) -> None:
     """The same on the async stores (aopen_postgres, athread_lock on its async pool)."""
-    async with aopen_postgres(route) as p, p.athread_lock("t") as lease:
+    async with aopen_postgres(pg_route) as p, p.athread_lock("t") as lease:
         assert isinstance(lease, Lease)
         await p.idempotency.aclaim("k1", tool="pay", args_json="{}", thread_id="t")
         await asyncio.to_thread(lapse, pg_dsn, "t")
-        fresh = await asyncio.to_thread(take, other_worker(route), "t")
+        fresh = await asyncio.to_thread(take, other_worker(pg_route), "t")
         with pytest.raises(ThreadLockLostError):
             await p.idempotency.aclaim("k2", tool="pay", args_json="{}", thread_id="t")
         with pytest.raises(ThreadLockLostError):
@@ -174,52 +174,52 @@ async def test_a_stale_async_holders_writes_are_refused(route: str, pg_dsn: str)
 
 
 @pytest.mark.slow
-def test_renewal_keeps_a_long_holder_alive(route: str) -> None:
+def test_renewal_keeps_a_long_holder_alive(pg_route: str) -> None:
     """A run holding a 1.5 s lease for 4 s keeps it: every check passes and others are
     refused throughout (renewed every 0.5 s in the background)."""
-    with thread_lock(route, "t", ttl=1.5) as lease:
+    with thread_lock(pg_route, "t", ttl=1.5) as lease:
         assert isinstance(lease, Lease)
         ends = time.monotonic() + 4.0
         while time.monotonic() < ends:
             lease.check()
             with pytest.raises(ThreadBusyError):
-                take(other_worker(route), "t")
+                take(other_worker(pg_route), "t")
             time.sleep(0.4)  # the run working, in real time: the lease lapses in real time
 
 
 @pytest.mark.slow
-async def test_async_renewal_keeps_a_long_holder_alive(route: str) -> None:
+async def test_async_renewal_keeps_a_long_holder_alive(pg_route: str) -> None:
     """The async holder's renewal task does the same."""
-    async with athread_lock(route, "t", ttl=1.5) as lease:
+    async with athread_lock(pg_route, "t", ttl=1.5) as lease:
         assert isinstance(lease, Lease)
         for _ in range(10):
             await lease.acheck()
             await asyncio.sleep(0.4)
 
 
-def test_wait_asks_again_with_a_backoff_on_the_clock(route: str) -> None:
+def test_wait_asks_again_with_a_backoff_on_the_clock(pg_route: str) -> None:
     """wait=<seconds> asks again after 10, 20, 40 ... ms (capped at 250 ms), slept on the
     injected clock, and gives up with ThreadBusyError once the wait is spent."""
     clock = FakeClock()
-    with thread_lock(route, "t"), pytest.raises(ThreadBusyError):
-        thread_lock(other_worker(route), "t", wait=1.0, clock=clock).__enter__()
+    with thread_lock(pg_route, "t"), pytest.raises(ThreadBusyError):
+        thread_lock(other_worker(pg_route), "t", wait=1.0, clock=clock).__enter__()
     assert clock.sleeps[:6] == [0.01, 0.02, 0.04, 0.08, 0.16, 0.25]
     assert sum(clock.sleeps) == pytest.approx(1.0)
 
 
-def test_wait_true_queues_behind_the_holder(route: str) -> None:
+def test_wait_true_queues_behind_the_holder(pg_route: str) -> None:
     """wait=True gets the thread as soon as its holder lets go."""
     got = threading.Event()
     holding_now = threading.Event()
 
     def waiter() -> None:
         holding_now.wait(10)
-        with thread_lock(other_worker(route), "t", wait=True):
+        with thread_lock(other_worker(pg_route), "t", wait=True):
             got.set()
 
     queued = threading.Thread(target=waiter)
     queued.start()
-    with thread_lock(route, "t"):
+    with thread_lock(pg_route, "t"):
         holding_now.set()
         time.sleep(0.3)  # the waiter is asking meanwhile, in real time
         assert not got.is_set()
@@ -233,37 +233,37 @@ def test_a_sqlite_or_local_lock_gives_no_lease(tmp_path: Any) -> None:
         assert held is None
 
 
-def test_setup_waits_for_another_and_gives_up_cleanly(route: str) -> None:
+def test_setup_waits_for_another_and_gives_up_cleanly(pg_route: str) -> None:
     """A start-up whose setup another process is running waits at most setup_timeout,
     then raises SetupTimeoutError naming the fix; once free it opens."""
-    with open_postgres(route):
+    with open_postgres(pg_route):
         pass  # the tables exist
-    other = take(other_worker(route), SETUP_THREAD)
+    other = take(other_worker(pg_route), SETUP_THREAD)
     started = time.monotonic()
     with (
         pytest.raises(SetupTimeoutError, match=r"setup=False"),
-        open_postgres(route, setup_timeout=0.5),
+        open_postgres(pg_route, setup_timeout=0.5),
     ):
         pass
     assert time.monotonic() - started < 5
     other.release()
-    with open_postgres(route, setup_timeout=0.5):
+    with open_postgres(pg_route, setup_timeout=0.5):
         pass
 
 
-def test_a_setup_whose_process_died_is_taken_over(route: str, pg_dsn: str) -> None:
+def test_a_setup_whose_process_died_is_taken_over(pg_route: str, pg_dsn: str) -> None:
     """A start-up that died mid-setup holds nothing once its lease lapsed."""
-    with open_postgres(route):
+    with open_postgres(pg_route):
         pass
-    take(other_worker(route), SETUP_THREAD)
+    take(other_worker(pg_route), SETUP_THREAD)
     lapse(pg_dsn, SETUP_THREAD)
-    with open_postgres(route, setup_timeout=0.5):
+    with open_postgres(pg_route, setup_timeout=0.5):
         pass
 
 
-def test_the_lease_table_is_created_on_first_use(route: str) -> None:
+def test_the_lease_table_is_created_on_first_use(pg_route: str) -> None:
     """thread_lock on a database nobody set up creates what it needs."""
-    with thread_lock(route, "t") as lease:
+    with thread_lock(pg_route, "t") as lease:
         assert isinstance(lease, Lease)
         lease.check()
 
