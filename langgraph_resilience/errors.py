@@ -21,10 +21,11 @@ Exception tree (the subclasses defined next to the code that raises them)::
     │   ├── PlanError                   (replan.py) an unusable plan
     │   │   ├── PlanReferenceError      .reference: a $steps reference that cannot resolve
     │   │   └── PlanCycleError          .cycle: the steps that depend on each other
-    │   ├── PersistenceError            (persistence.py) cannot open the store; DSN redacted
+    │   ├── PersistenceError            (postgres.py) cannot open the store; DSN redacted
+    │   │   └── SetupTimeoutError       (postgres.py) start-up setup waited too long, never hangs
     │   ├── LedgerUnavailableError      .operation: our own ledger failed; never the tool's
     │   ├── ThreadBusyError             another runner holds the thread
-    │   │   └── ThreadLockLostError     this runner's lock died with its session: it stopped
+    │   │   └── ThreadLockLostError     this runner's lease lapsed or was taken over: it stopped
     │   └── ThreadNotFoundError         (persistence.py) no checkpoint for the thread id
     ├── TimeoutError
     │   └── AttemptAbandoned            .grace: tool_timeout gave up; it may still land
@@ -246,16 +247,19 @@ class ThreadBusyError(ResilienceError):
 
 
 class ThreadLockLostError(ThreadBusyError):
-    """This runner's thread lock died with its database session (a killed backend, an
-    idle timeout, a failover): it stopped before its next write, since another runner
-    may hold the thread now. Resume the thread again (under the lock) to continue."""
+    """This runner's thread lease is gone (it was not renewed in time: a paused or
+    partitioned process, a database that did not answer; then another runner may have
+    taken the thread over with a newer token): it stopped before its next write, and
+    the database refuses the ledger writes of its old token. Resume the thread again
+    (under the lock) to continue."""
 
     def __init__(self, thread_id: str, target: str = "") -> None:
         where = f" ({target})" if target else ""
         ResilienceError.__init__(
             self,
-            f"the lock of thread {thread_id!r} was lost{where}: its database session ended, "
-            "so this run stopped before writing; resume the thread to continue",
+            f"the lock of thread {thread_id!r} was lost{where}: its lease lapsed or another "
+            "runner took the thread over, so this run stopped before writing; resume the "
+            "thread to continue",
         )
         self.thread_id = thread_id
 

@@ -22,6 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from langgraph_resilience import ResiliencePolicy, ResilienceState, ToolProfile, add_resilience
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel
+from tests.pgbouncer import PgBouncer, pgbouncer_binary
 
 ADMIN_DSN = os.environ.get(
     "LANGGRAPH_RESILIENCE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -153,3 +154,32 @@ def seeded_delays(seed: int, count: int, *, base: float = 0.5, cap: float = 30.0
     """The full-jitter delays a `random.Random(seed)` produces for attempts 0..count-1."""
     rng = random.Random(seed)
     return [rng.uniform(0.0, min(cap, base * 2**n)) for n in range(count)]
+
+
+# ------------------------------------------------------------------ PgBouncer
+
+
+@pytest.fixture
+def pgbouncer() -> Iterator[PgBouncer]:
+    """Debian's PgBouncer in transaction mode on a free loopback port, stopped after.
+
+    Under CI a missing binary fails the test (``.ci/run`` installs it); elsewhere it
+    skips with the reason.
+    """
+    binary = pgbouncer_binary()
+    if binary is None:
+        if IN_CI:
+            pytest.fail("pgbouncer is required under CI: apt-get install -y pgbouncer")
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer) for pooler tests")
+    with PgBouncer(binary) as running:
+        yield running
+
+
+@pytest.fixture(params=["straight", "pgbouncer"])
+def pg_route(request: pytest.FixtureRequest, pg_dsn: str) -> str:
+    """The test database's DSN, straight to PostgreSQL or through PgBouncer in
+    ``pool_mode=transaction``: every pooler-sensitive test runs both ways."""
+    if request.param == "straight":
+        return pg_dsn
+    bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
+    return bouncer.dsn(pg_dsn)

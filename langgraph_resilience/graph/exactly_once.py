@@ -422,6 +422,8 @@ def ledger_op(effect: Effect, op: str, action: Call) -> Flow[Any]:
         attempt += 1
         try:
             return (yield action)
+        except (ThreadLockLostError, ConfigurationError):
+            raise  # a stale lease's write refused, or our setup missing: never retried
         except Exception as exc:
             delay = None if _refused_data(exc) else ledger_retry_delay(attempt)
             if delay is None:

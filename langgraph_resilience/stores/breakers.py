@@ -559,7 +559,7 @@ class PostgresBreakerStore(_PostgresBreakers):
     """Breakers shared by every process using one PostgreSQL table, atomically.
 
     Give it the connection pool (or a connection) of your `PostgresSaver`:
-    autocommit, ``prepare_threshold=0``, any row factory. Run `setup()` once,
+    autocommit, ``prepare_threshold=None``, any row factory. Run `setup()` once,
     like the saver's. Admission of a closed (or still-open) breaker is one plain
     ``SELECT``, served from this process's cache for `cache_ttl` seconds
     (`BREAKER_CACHE_TTL`); every change runs in a transaction holding the key's row

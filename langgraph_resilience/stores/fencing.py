@@ -1,26 +1,26 @@
-"""Fencing: a runner whose thread lock died stops before it writes.
+"""Fencing: a runner whose thread lease is gone stops before it writes.
 
-`thread_lock` holds a PostgreSQL session advisory lock. That session can end
-while the runner carries on (``pg_terminate_backend``, ``idle_session_timeout``,
-a proxy, a failover): the server releases the lock, a second runner takes it,
-and two runners would write the same thread. So a run holding a lock also holds
-a *fence* for it (in a context variable, like LangGraph's config): before every
-side effect is claimed and run, and before every checkpoint write of the savers
-`open_postgres` makes, the fence asks the lock's session whether it is still the
-one that took the lock and still alive. If not, the run stops with
-`ThreadLockLostError`; the second runner is then the only writer.
+`thread_lock` holds the thread's lease, which can lapse while the runner carries on (a
+paused process, a database that did not answer its renewals); then a second runner may
+take the thread over with a newer token, and two runners would write the same thread.
+So the lease is the run's *fence* (in a context variable, like LangGraph's config;
+`langgraph_resilience.stores.held`): the ledger's writes carry its token and the
+database refuses those of a stale one in the same statement; before every side effect
+is claimed and run, and before every checkpoint write of the savers `open_postgres`
+makes, `check_fence` asks the database, in one statement, whether the token is still
+the thread's current one with more than a third of its TTL left. If not, the run stops
+with `ThreadLockLostError`; the second runner is then the only writer.
 
-What a fence cannot stop is an effect already running when the session died;
-its idempotency key and the reconciliation (`in_flight`) cover that one.
+A checkpoint write is checked, then sent (LangGraph's saver runs its own statements):
+the gap between the two is covered by the third of the TTL the check demands, so a
+write would have to take longer than that (10 s by default) to land after a takeover.
+What a fence cannot stop is an effect already running when the lease lapsed; its
+idempotency key and the reconciliation (`in_flight`) cover that one.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import contextvars
-import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -28,7 +28,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-from langgraph_resilience.errors import ThreadLockLostError
+from langgraph_resilience.stores.held import Fence, current_fence, holding
 from langgraph_resilience.stores.postgres import PersistenceError, first_line
 
 __all__ = [
@@ -41,36 +41,6 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Fence:
-    """A held thread lock: `alive` answers whether the session holding it still does."""
-
-    thread_id: str
-    alive: Callable[[], bool]
-    where: str = ""
-
-    def check(self) -> None:
-        """Raise `ThreadLockLostError` once the lock is gone."""
-        if not self.alive():
-            raise ThreadLockLostError(self.thread_id, self.where)
-
-
-_HELD: contextvars.ContextVar[Mapping[str, Fence] | None] = contextvars.ContextVar(
-    "langgraph_resilience_fences", default=None
-)
-
-
-@contextlib.contextmanager
-def holding(fence: Fence) -> Iterator[None]:
-    """Make `fence` the current context's fence for its thread while the block runs."""
-    previous = _HELD.get()
-    _HELD.set({**(previous or {}), fence.thread_id: fence})
-    try:
-        yield
-    finally:  # set, not reset: an async lock enters and exits in different contexts
-        _HELD.set(previous)
-
-
 def _thread_of(config: RunnableConfig | Mapping[str, Any] | str) -> str:
     if isinstance(config, str):
         return config
@@ -78,17 +48,18 @@ def _thread_of(config: RunnableConfig | Mapping[str, Any] | str) -> str:
 
 
 def check_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
-    """Stop (`ThreadLockLostError`) if this context holds the thread's lock and lost it."""
-    fence = (_HELD.get() or {}).get(_thread_of(config))
+    """Stop (`ThreadLockLostError`) if this context holds the thread's lease and lost it
+    (one statement; nothing when it holds none)."""
+    fence = current_fence(_thread_of(config))
     if fence is not None:
         fence.check()
 
 
 async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
-    """Async `check_fence` (the session check is a blocking round trip: in a thread)."""
-    fence = (_HELD.get() or {}).get(_thread_of(config))
+    """Async `check_fence`."""
+    fence = current_fence(_thread_of(config))
     if fence is not None:
-        await asyncio.to_thread(fence.check)
+        await fence.acheck()
 
 
 def _write_failed(config: RunnableConfig, exc: BaseException) -> PersistenceError:

@@ -1,12 +1,14 @@
 """One runner per thread: `thread_lock` / `athread_lock`.
 
 Open-source LangGraph has no per-thread lock, so two workers resuming the same
-``thread_id`` fork it. `thread_lock` holds a PostgreSQL session advisory lock for
-the run, on one lock connection per process (not a pooled one; a crash releases
-the locks with the session); a second runner gets `ThreadBusyError`, or waits
-when asked to. On SQLite it is an exclusive file lock. A run holding a lock also
-holds its fence (`langgraph_resilience.stores.fencing`), so it stops before it
-writes once the lock's session is gone.
+``thread_id`` fork it. On PostgreSQL `thread_lock` holds the thread's lease
+(`langgraph_resilience.stores.leases`): a row with a fencing token, taken, renewed and
+released by single-statement transactions, so it holds straight to PostgreSQL and
+through a transaction pooler (PgBouncer, RDS Proxy, Supavisor) alike. A second runner
+gets `ThreadBusyError`, or waits when asked to; a crashed runner's lease lapses after
+its TTL (30 s by default). The lease is the run's fence: its token travels with the
+run's ledger writes and is checked before its checkpoint writes and side effects. On
+SQLite it is an exclusive file lock.
 """
 
 from __future__ import annotations
@@ -14,29 +16,47 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import datetime as dt
 import fcntl
 import hashlib
 import os
 import pathlib
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ExecStatus, TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience.core.clock import Clock, SystemClock
+from langgraph_resilience.core.flow import adrive, drive
+from langgraph_resilience.core.lease import lease_ttl, wait_seconds
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import ThreadBusyError
-from langgraph_resilience.stores.fencing import Fence, holding
-from langgraph_resilience.stores.postgres import PersistenceError, connect_error
+from langgraph_resilience.stores.held import holding
+from langgraph_resilience.stores.leases import Lease, LeaseRunner, acquire, held_by
+from langgraph_resilience.stores.postgres import PersistenceError, Postgres, connect_error
 
-__all__ = ["LOCK_APPLICATION_NAME", "LockBackend", "LockTarget", "athread_lock", "thread_lock"]
+__all__ = [
+    "LOCK_APPLICATION_NAME",
+    "LockBackend",
+    "LockTarget",
+    "athread_held",
+    "athread_lock",
+    "lease_runner",
+    "thread_held",
+    "thread_lock",
+]
 
-_THREAD_LOCK_PREFIX = "langgraph-resilience:thread:"
+_POLL_SECONDS = 0.01
+_SYSTEM_CLOCK = SystemClock()
+"""How a wait polls and reads the time, unless a caller passes its own clock."""
+LOCK_APPLICATION_NAME = "langgraph-resilience-lock"
+"""The ``application_name`` of the connections this package opens for lease statements
+on a DSN (``pg_stat_activity``); a pool's or a caller's connection keeps its own."""
 
 
 @runtime_checkable
@@ -60,214 +80,222 @@ LockTarget: TypeAlias = (
     "| str | pathlib.Path"
 )
 """What `thread_lock` locks on: a `Persistence` (any `LockBackend`), a pool or a DSN
-(PostgreSQL advisory lock), a connection (used as is), or a SQLite file path (file lock)."""
-
-_LOCK_SQL = "SELECT pg_try_advisory_lock(hashtextextended(%s, 0)) AS locked"
-_LOCK_WAIT_SQL = "SELECT pg_advisory_lock(hashtextextended(%s, 0)), true AS locked"
-_UNLOCK_SQL = "SELECT pg_advisory_unlock(hashtextextended(%s, 0))"
-_POLL_SECONDS = 0.01
-_SYSTEM_CLOCK = SystemClock()
-"""How a file lock's wait polls and reads the time (a test passes its own clock)."""
-LOCK_APPLICATION_NAME = "langgraph-resilience-lock"
-"""The ``application_name`` of the sessions holding thread locks (``pg_stat_activity``)."""
+(a lease on PostgreSQL), a connection (used as is), or a SQLite file path (file lock)."""
 
 
-def _lock_name(thread_id: str) -> str:
-    """The advisory-lock text: namespaced, so it never collides with other lock users."""
-    return _THREAD_LOCK_PREFIX + thread_id
+# ------------------------------------------------------------------ where lease statements run
 
 
-def _timeout_ms(wait: bool | float) -> int | None:
-    if isinstance(wait, bool):
-        return None
-    if wait < 0:
-        raise ValueError(f"wait must be True, False or a number of seconds >= 0, got {wait!r}")
-    return max(1, round(wait * 1000))
+class _DsnConnection:
+    """This process's connection for the lease statements of a DSN: one per process and
+    DSN (not per run), reconnected when it broke or was left busy. Each statement is its
+    own transaction, so a reconnect loses nothing and a statement is simply sent again
+    (taking a lease twice with the same holder takes it once)."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self.shown = redact(dsn)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._mutex = threading.Lock()
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        if conn is not None and _usable(conn):
+            return conn
+        if conn is not None:
+            conn.close()
+        try:
+            self._conn = psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                prepare_threshold=None,
+                application_name=LOCK_APPLICATION_NAME,
+            )
+        except psycopg.Error as exc:
+            raise connect_error(self.shown, exc) from None
+        return self._conn
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        """One statement; sent again once on a fresh connection if the first one broke."""
+        with self._mutex:
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    return _fetch(conn, query, params)
+                except psycopg.OperationalError:
+                    if attempt == 2 or _usable(conn):
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    async def arows(self, query: str, params: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        return await asyncio.to_thread(self.rows, query, params)
+
+    def transaction(self, statements: tuple[str, ...]) -> None:
+        self.rows("BEGIN;\n" + ";\n".join(statements) + ";\nCOMMIT", {})
+
+    async def atransaction(self, statements: tuple[str, ...]) -> None:
+        await asyncio.to_thread(self.transaction, statements)
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
-def _resolve(target: LockTarget) -> tuple[str, Any]:
-    """Classify a lock target: ("postgres", conninfo), ("conn", connection), ("file", path),
-    or ("local", None) for a Persistence without a shared backend."""
+class _GivenConnection:
+    """A caller's own connection (sync or async), used as is: never replaced, committed
+    after each lease statement when it is not autocommit."""
+
+    def __init__(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+        self.shown = redact(conn.info.dsn)
+        self._mutex = threading.Lock()
+        self._amutex: asyncio.Lock | None = None
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        conn = self.conn
+        if not isinstance(conn, psycopg.Connection):
+            raise TypeError("an AsyncConnection takes athread_lock, not thread_lock")
+        with self._mutex:
+            _check_given(conn, self.shown)
+            try:
+                found = _fetch(conn, query, params)
+            except psycopg.Error:
+                if not conn.closed and not conn.autocommit:
+                    conn.rollback()
+                raise
+            if not conn.autocommit:
+                conn.commit()
+            return found
+
+    async def arows(self, query: str, params: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        conn = self.conn
+        if isinstance(conn, psycopg.Connection):
+            return await asyncio.to_thread(self.rows, query, params)
+        if self._amutex is None:
+            self._amutex = asyncio.Lock()
+        async with self._amutex:
+            _check_given(conn, self.shown)
+            try:
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(query, params)
+                    found = await cur.fetchall() if _has_rows(cur) else []
+            except psycopg.Error:
+                if not conn.closed and not conn.autocommit:
+                    await conn.rollback()
+                raise
+            if not conn.autocommit:
+                await conn.commit()
+            return found
+
+    def transaction(self, statements: tuple[str, ...]) -> None:
+        self.rows("BEGIN;\n" + ";\n".join(statements) + ";\nCOMMIT", {})
+
+    async def atransaction(self, statements: tuple[str, ...]) -> None:
+        await self.arows("BEGIN;\n" + ";\n".join(statements) + ";\nCOMMIT", {})
+
+
+def _has_rows(cur: Any) -> bool:
+    result = cur.pgresult
+    return result is not None and result.status == ExecStatus.TUPLES_OK
+
+
+def _fetch(
+    conn: psycopg.Connection[Any], query: str, params: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(query, params or None)
+        return cur.fetchall() if _has_rows(cur) else []
+
+
+_CLIENTS: dict[tuple[int, str], _DsnConnection] = {}
+_GIVEN: weakref.WeakKeyDictionary[Any, _GivenConnection] = weakref.WeakKeyDictionary()
+_CLIENTS_GUARD = threading.Lock()
+
+
+@atexit.register
+def _close_clients() -> None:
+    """Close this process's lease connections at exit."""
+    with _CLIENTS_GUARD:
+        clients = [c for (pid, _), c in _CLIENTS.items() if pid == os.getpid()]
+    for client in clients:
+        client.close()
+
+
+def _dsn_client(dsn: str) -> _DsnConnection:
+    """The process's lease connection for `dsn` (keyed by pid: never shared across a fork)."""
+    with _CLIENTS_GUARD:
+        key = (os.getpid(), dsn)
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = _DsnConnection(dsn)
+        return client
+
+
+def _given(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> _GivenConnection:
+    with _CLIENTS_GUARD:
+        runner = _GIVEN.get(conn)
+        if runner is None:
+            runner = _GIVEN[conn] = _GivenConnection(conn)
+        return runner
+
+
+def _resolve(target: Any) -> tuple[str, Any]:
+    """Classify a lock target: ("pool", pool), ("dsn", conninfo), ("conn", connection),
+    ("file", path), or ("local", None) for a Persistence without a shared backend."""
     if isinstance(target, LockBackend):
         if target.pool is not None:
-            return "postgres", target.pool.conninfo
+            return "pool", target.pool
         if target.path is not None:
             return "file", target.path
         return "local", None
     if isinstance(target, ConnectionPool | AsyncConnectionPool):
-        return "postgres", target.conninfo
-    if isinstance(target, psycopg.Connection):
+        return "pool", target
+    if isinstance(target, psycopg.Connection | psycopg.AsyncConnection):
         return "conn", target
     if isinstance(target, pathlib.Path):
         return "file", target
     if isinstance(target, str):
-        return "postgres", target
+        return "dsn", target
     raise TypeError(
         f"cannot lock a thread on {type(target).__name__}; pass a Persistence, a psycopg "
         "pool, connection or DSN, or a pathlib.Path to the SQLite file"
     )
 
 
-class _LockSession:
-    """One PostgreSQL session holding the thread locks of many runs of this process.
-
-    Advisory locks belong to a session, so one connection per process and DSN
-    holds any number of thread locks (100 concurrent runs cost one connection,
-    not 100), and a crash of the process releases them all with the session.
-    The session is re-entrant, so `held` refuses a second in-process holder.
-    """
-
-    def __init__(self, *, conninfo: str | None = None, conn: Any = None) -> None:
-        self._conninfo = conninfo
-        self._conn: psycopg.Connection[Any] | None = conn
-        self.shown = redact(conninfo if conninfo is not None else conn.info.dsn)
-        self._mutex = threading.Lock()
-        self.held: set[str] = set()
-        self.generation = 0
-        """Grows with every reconnect: a lock taken in an older generation died with it."""
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        """The session's connection, reconnected if it ended or is stuck: an owned
-        session is idle between lock statements (autocommit, under the mutex), so one
-        that is not (a statement whose answer was never read, after an interrupted
-        round trip) can run nothing more. Closing it ends the locks it held, and the
-        new generation makes every fence taken on it report the lock lost."""
-        conn = self._conn
-        if conn is not None and not conn.closed:
-            if _usable(conn):
-                return conn
-            if self._conninfo is None:  # the caller's own: never replaced, but named
-                _check_given(conn, self.shown)
-                return conn
-            conn.close()
-        if self._conninfo is None:
-            raise PersistenceError(f"the lock connection to {self.shown} is closed")
-        try:
-            self._conn = psycopg.connect(
-                self._conninfo, autocommit=True, application_name=LOCK_APPLICATION_NAME
-            )
-        except psycopg.Error as exc:
-            raise connect_error(self.shown, exc) from None
-        self.generation += 1
-        return self._conn
-
-    def fence(self, thread_id: str) -> Fence:
-        """The fence of a lock just taken: alive while this session (this generation of
-        its connection) is, and the lock still held by this process."""
-        generation = self.generation
-
-        def alive() -> bool:
-            with self._mutex:
-                if self.generation != generation or thread_id not in self.held:
-                    return False
-                return self._conn is not None and _alive(self._conn)
-
-        return Fence(thread_id, alive, self.shown)
-
-    def try_acquire(self, thread_id: str) -> None:
-        """``pg_try_advisory_lock``; `ThreadBusyError` when anyone else holds it."""
-        with self._mutex:
-            if thread_id in self.held:
-                raise ThreadBusyError(thread_id, "another run in this process")
-            if not self._query(_LOCK_SQL, thread_id):
-                raise ThreadBusyError(thread_id, self.shown)
-            self.held.add(thread_id)
-
-    def wait_acquire(self, thread_id: str, wait: bool | float) -> None:
-        """Block on the lock in this session (a caller's own connection)."""
-        with self._mutex:
-            if thread_id in self.held:
-                raise ThreadBusyError(thread_id, "another run in this process")
-            _pg_wait(self._connection(), thread_id, wait, self.shown)
-            self.held.add(thread_id)
-
-    def _query(self, sql: str, thread_id: str) -> bool:
-        """Run one lock statement; an owned session that broke (server restart) is
-        reconnected once, as is one the error left stuck. Locks it held died with it."""
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                with conn.cursor(row_factory=dict_row) as cur:
-                    row = cur.execute(sql, (_lock_name(thread_id),)).fetchone()
-                if not conn.autocommit:
-                    conn.commit()
-                return bool(row and row["locked"])
-            except psycopg.OperationalError as exc:
-                if self._conninfo is None or attempt == 2 or _usable(conn):
-                    raise connect_error(self.shown, exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def release(self, thread_id: str) -> None:
-        with self._mutex:
-            self.held.discard(thread_id)
-            conn = self._conn
-            if conn is None or conn.closed:
-                return  # the session ended: the server released the lock already
-            with contextlib.suppress(psycopg.Error):
-                conn.execute(_UNLOCK_SQL, (_lock_name(thread_id),))
-                if not conn.autocommit:
-                    conn.commit()
-
-    def close(self) -> None:
-        with self._mutex:
-            if self._conninfo is not None and self._conn is not None:
-                self._conn.close()
-                self._conn = None
+def _runner(kind: str, where: Any, *, asynchronous: bool) -> tuple[LeaseRunner, str]:
+    """Where the lease statements of a Postgres target run, and how to name it: a pool's
+    own connections (an async pool only for an async lock: a sync lock on it uses the
+    pool's DSN), a caller's connection, or this process's connection for a DSN."""
+    if kind == "pool":
+        shown = redact(where.conninfo)
+        if isinstance(where, AsyncConnectionPool) and not asynchronous:
+            return _dsn_client(str(where.conninfo)), shown
+        is_async = isinstance(where, AsyncConnectionPool)
+        return Postgres(where, owner="thread_lock", is_async=is_async), shown
+    if kind == "conn":
+        given = _given(where)
+        return given, given.shown
+    client = _dsn_client(str(where))
+    return client, client.shown
 
 
-_SESSIONS: dict[tuple[int, str], _LockSession] = {}
-_GIVEN_SESSIONS: weakref.WeakKeyDictionary[Any, _LockSession] = weakref.WeakKeyDictionary()
-_SESSIONS_GUARD = threading.Lock()
+def lease_runner(target: LockTarget, *, asynchronous: bool = False) -> LeaseRunner:
+    """Where `thread_lock` runs the lease statements of a PostgreSQL `target` (for
+    `langgraph_resilience.stores.leases.acquire`, and tests)."""
+    kind, where = _resolve(target)
+    if kind in ("file", "local"):
+        raise TypeError(f"{target!r} is not a PostgreSQL target: it has no leases")
+    return _runner(kind, where, asynchronous=asynchronous)[0]
 
 
-@atexit.register
-def _close_sessions() -> None:
-    """Close this process's lock sessions at exit (the server drops their locks)."""
-    with _SESSIONS_GUARD:
-        sessions = [s for (pid, _), s in _SESSIONS.items() if pid == os.getpid()]
-    for session in sessions:
-        session.close()
+def _ttl_of(target: Any, ttl: float | dt.timedelta | None) -> float:
+    """The lease's TTL: given here, else the target's (`Persistence.lease_ttl`), else 30 s."""
+    return lease_ttl(ttl if ttl is not None else getattr(target, "lease_ttl", None))
 
 
-def _session_for(kind: str, where: Any) -> _LockSession:
-    """The process's lock session for a DSN (keyed by pid: never shared across a fork),
-    or the one wrapping a caller's connection."""
-    with _SESSIONS_GUARD:
-        if kind == "conn":
-            session = _GIVEN_SESSIONS.get(where)
-            if session is None:
-                session = _GIVEN_SESSIONS[where] = _LockSession(conn=where)
-            return session
-        key = (os.getpid(), str(where))
-        session = _SESSIONS.get(key)
-        if session is None:
-            session = _SESSIONS[key] = _LockSession(conninfo=str(where))
-        return session
-
-
-def _pg_wait(conn: psycopg.Connection[Any], thread_id: str, wait: bool | float, shown: str) -> None:
-    """Block on the lock (at most `wait` seconds when it is a number)."""
-    timeout = _timeout_ms(wait)
-    try:
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            if timeout is not None:
-                cur.execute(f"SET LOCAL lock_timeout = {timeout}")
-            cur.execute(_LOCK_WAIT_SQL, (_lock_name(thread_id),))
-    except psycopg.errors.LockNotAvailable:
-        raise ThreadBusyError(thread_id, shown) from None
-
-
-async def _apg_wait(
-    conn: psycopg.AsyncConnection[Any], thread_id: str, wait: bool | float, shown: str
-) -> None:
-    timeout = _timeout_ms(wait)
-    try:
-        async with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            if timeout is not None:
-                await cur.execute(f"SET LOCAL lock_timeout = {timeout}")
-            await cur.execute(_LOCK_WAIT_SQL, (_lock_name(thread_id),))
-    except psycopg.errors.LockNotAvailable:
-        raise ThreadBusyError(thread_id, shown) from None
+# ------------------------------------------------------------------ caller's connections
 
 
 def _usable(conn: psycopg.Connection[Any]) -> bool:
@@ -276,14 +304,14 @@ def _usable(conn: psycopg.Connection[Any]) -> bool:
 
 
 def _check_given(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], shown: str) -> None:
-    """A caller's connection that cannot take a lock statement: say why, and what to
+    """A caller's connection that cannot take a lease statement: say why, and what to
     pass instead, rather than report a failure to connect."""
     status = conn.info.transaction_status
     if status == TransactionStatus.ACTIVE:
         raise PersistenceError(
             f"the connection to {shown} given to thread_lock is busy: a statement sent "
             "on it has an answer nobody read. Give thread_lock a connection used for "
-            "nothing else, or a DSN or pool so it keeps its own lock session"
+            "nothing else, or a DSN or pool so it runs its statements itself"
         )
     if status == TransactionStatus.INERROR:
         raise PersistenceError(
@@ -292,15 +320,7 @@ def _check_given(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], s
         )
 
 
-def _alive(conn: psycopg.Connection[Any]) -> bool:
-    """Whether a dedicated lock connection still answers (its session holds the lock)."""
-    if conn.closed:
-        return False
-    try:
-        conn.execute("SELECT 1")
-    except psycopg.Error:
-        return False
-    return True
+# ------------------------------------------------------------------ SQLite and in-process
 
 
 def _lock_file(path: pathlib.Path, thread_id: str) -> pathlib.Path:
@@ -332,14 +352,14 @@ def _flock(
     if wait is True:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return
-    timeout = _timeout_ms(wait)
-    deadline = clock.monotonic() + (timeout or 0) / 1000
+    bound = wait_seconds(wait)
+    deadline = clock.monotonic() + (bound or 0.0)
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if timeout is None or clock.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 raise ThreadBusyError(thread_id, shown) from None
         clock.sleep(_POLL_SECONDS)  # flock has no timed wait: poll, through the clock
 
@@ -361,68 +381,62 @@ def _local_lock(thread_id: str) -> Iterator[None]:
             _LOCAL_HELD.discard(thread_id)
 
 
+# ------------------------------------------------------------------ the public locks
+
+
 @contextlib.contextmanager
 def thread_lock(
-    target: LockTarget, thread_id: str, *, wait: bool | float = False
-) -> Iterator[None]:
+    target: LockTarget,
+    thread_id: str,
+    *,
+    wait: bool | float = False,
+    ttl: float | dt.timedelta | None = None,
+    clock: Clock | None = None,
+) -> Iterator[Lease | None]:
     """Hold the run lock of one thread for the duration of the block.
 
-    On PostgreSQL it is a session advisory lock on
-    ``hashtextextended('langgraph-resilience:thread:' || thread_id, 0)``, never a
-    pooled connection (locks must not starve the checkpointer): by default
-    ``pg_try_advisory_lock`` on one lock session per process and DSN, which
-    holds the locks of all the process's runs (one round trip to lock, one to
-    unlock); a crashed runner's locks die with its session. On SQLite it is an
-    exclusive ``flock`` on ``<file>.locks/<hash>.lock``. When another runner
-    holds it: `ThreadBusyError`, or with ``wait=True`` wait for it on a
-    dedicated connection (a number waits at most that many seconds).
+    On PostgreSQL it is a lease: a row of ``lgr_thread_leases`` with a fencing token,
+    taken in one statement (on the target's pool, the caller's connection, or for a
+    DSN one connection per process), renewed every third of its TTL by a daemon thread
+    and released in one statement, so it holds the same straight to PostgreSQL and
+    through a transaction pooler (PgBouncer ``pool_mode=transaction``, RDS Proxy,
+    Supavisor). A runner that crashes holds its thread until the lease lapses: `ttl`
+    seconds (or a timedelta; default: the `Persistence`'s ``lease_ttl``, else 30 s)
+    after its last renewal, on the database's clock. The block gets the `Lease`: its
+    ``token`` is greater than every earlier holder's; every ledger write of the run
+    carries it and the database refuses those of a stale token, and the run checks it
+    before each checkpoint write and side effect (`ThreadLockLostError`).
+
+    On SQLite it is an exclusive ``flock`` on ``<file>.locks/<hash>.lock`` (the block
+    gets None). When another runner holds the thread: `ThreadBusyError` (naming the
+    holder and when its lease lapses), or with ``wait=True`` ask again until it is
+    free (a number waits at most that many seconds), with a backoff slept on `clock`.
 
     >>> with thread_lock(persistence, "thread-42"):  # doctest: +SKIP
     ...     app.invoke(None, {"configurable": {"thread_id": "thread-42"}})
     """
+    clock = clock or _SYSTEM_CLOCK
     kind, where = _resolve(target)
     if kind == "file":
         with _lock_file_open(where, thread_id) as fd:
-            _flock(fd, wait, thread_id, str(where))
-            yield
+            _flock(fd, wait, thread_id, str(where), clock)
+            yield None
         return
     if kind == "local":
         with _local_lock(thread_id):
-            yield
+            yield None
         return
-    if wait is False or kind == "conn":
-        session = _session_for(kind, where)
-        if wait is not False:  # a caller's connection: wait on it
-            session.wait_acquire(thread_id, wait)
-        else:
-            session.try_acquire(thread_id)
-        try:
-            with holding(session.fence(thread_id)):
-                yield
-        finally:
-            session.release(thread_id)
-        return
-    with _waited_lock(str(where), thread_id, wait) as fence, holding(fence):
-        yield
-
-
-@contextlib.contextmanager
-def _waited_lock(dsn: str, thread_id: str, wait: bool | float) -> Iterator[Fence]:
-    """Wait for the lock on a dedicated session; yield its fence. The lock is unlocked
-    before the session closes: the server frees a closed session's locks only once its
-    backend has exited, so a caller locking again at once would find it still held."""
-    shown = redact(dsn)
+    seconds = _ttl_of(target, ttl)
+    runner, shown = _runner(kind, where, asynchronous=False)
+    lease = drive(
+        acquire(runner, thread_id, ttl=seconds, wait=wait, clock=clock, where=shown), clock
+    )
+    lease.start_renewal()
     try:
-        conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True)
-    except psycopg.Error as exc:
-        raise connect_error(shown, exc) from None
-    with conn:
-        _pg_wait(conn, thread_id, wait, shown)
-        try:
-            yield Fence(thread_id, lambda: _alive(conn), shown)
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute(_UNLOCK_SQL, (_lock_name(thread_id),))
+        with holding(lease):
+            yield lease
+    finally:
+        lease.release()
 
 
 @contextlib.asynccontextmanager
@@ -431,52 +445,59 @@ async def athread_lock(
     thread_id: str,
     *,
     wait: bool | float = False,
-) -> AsyncIterator[None]:
+    ttl: float | dt.timedelta | None = None,
+    clock: Clock | None = None,
+) -> AsyncIterator[Lease | None]:
     """Async `thread_lock`; also accepts a psycopg `AsyncConnection` (used as is).
 
-    Without waiting it shares `thread_lock`'s per-process lock session (one
-    short round trip, in a worker thread); waiting uses a dedicated
-    `AsyncConnection`, so the event loop never blocks.
+    On an async pool the lease statements run on the pool itself and the lease is renewed
+    by a task on the running loop; on a sync pool, a DSN or a sync connection they run in
+    a worker thread. Waiting never blocks the event loop.
     """
-    if isinstance(target, psycopg.AsyncConnection):
-        shown = redact(target.info.dsn)
-        _check_given(target, shown)
-        if wait is False:
-            async with target.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_LOCK_SQL, (_lock_name(thread_id),))
-                row = await cur.fetchone()
-            if row is None or not row["locked"]:
-                raise ThreadBusyError(thread_id, shown)
-        else:
-            await _apg_wait(target, thread_id, wait, shown)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(psycopg.Error):
-                await target.execute(_UNLOCK_SQL, (_lock_name(thread_id),))
-        return
+    clock = clock or _SYSTEM_CLOCK
     kind, where = _resolve(target)
     if kind == "file":
         with _lock_file_open(where, thread_id) as fd:
-            await asyncio.to_thread(_flock, fd, wait, thread_id, str(where))
-            yield
+            await asyncio.to_thread(_flock, fd, wait, thread_id, str(where), clock)
+            yield None
         return
-    if kind == "local" or wait is False or kind == "conn":
-        entered = thread_lock(target, thread_id, wait=wait)
-        await asyncio.to_thread(entered.__enter__)
-        try:  # the fence was set in the worker's context: set it in this one too
-            fence = _session_for(kind, where).fence(thread_id) if kind != "local" else None
-            with holding(fence) if fence is not None else contextlib.nullcontext():
-                yield
-        finally:
-            await asyncio.to_thread(entered.__exit__, None, None, None)
+    if kind == "local":
+        with _local_lock(thread_id):
+            yield None
         return
-    # A dedicated sync session, waited on in a worker thread: its fence is then checked
-    # like every other (a sync round trip, in a thread), so a waited run is fenced too.
-    waited = _waited_lock(str(where), thread_id, wait)
-    fence = await asyncio.to_thread(waited.__enter__)
+    seconds = _ttl_of(target, ttl)
+    runner, shown = _runner(kind, where, asynchronous=True)
+    flow = acquire(runner, thread_id, ttl=seconds, wait=wait, clock=clock, where=shown)
+    lease = await adrive(flow, clock)
+    lease.astart_renewal()
     try:
-        with holding(fence):
-            yield
+        with holding(lease):
+            yield lease
     finally:
-        await asyncio.to_thread(waited.__exit__, None, None, None)
+        await lease.arelease()
+
+
+def thread_held(target: LockTarget, thread_id: str) -> bool:
+    """Whether another runner holds the thread now (on PostgreSQL, reads only)."""
+    kind, where = _resolve(target)
+    if kind in ("file", "local"):
+        try:
+            with thread_lock(target, thread_id):
+                return False
+        except ThreadBusyError:
+            return True
+    runner, _ = _runner(kind, where, asynchronous=False)
+    return drive(held_by(runner, thread_id), _SYSTEM_CLOCK)
+
+
+async def athread_held(target: LockTarget, thread_id: str) -> bool:
+    """Async `thread_held`."""
+    kind, where = _resolve(target)
+    if kind in ("file", "local"):
+        try:
+            async with athread_lock(target, thread_id):
+                return False
+        except ThreadBusyError:
+            return True
+    runner, _ = _runner(kind, where, asynchronous=True)
+    return await adrive(held_by(runner, thread_id), _SYSTEM_CLOCK)

@@ -4,10 +4,13 @@
 across processes). `open_postgres(dsn)` / `aopen_postgres(dsn)` are production:
 one connection pool shared by LangGraph's Postgres saver and store and by our
 own tables (the idempotency ledger ``lgr_idempotency``, the saga log
-``lgr_saga``, the shared circuit breakers), configured the way LangGraph
-requires (autocommit, ``prepare_threshold=0``, dict rows), every ``setup()``
-run once under an advisory lock so workers starting together do not race. Each
-yields a `Persistence`, so compiling is::
+``lgr_saga``, the thread leases ``lgr_thread_leases``, the shared circuit
+breakers), configured the way LangGraph requires (autocommit, dict rows) and a
+transaction pooler requires (``prepare_threshold=None``: nothing is prepared),
+every ``setup()`` run by one process at a time under a setup lease (a row of the
+lease table, never a session lock), so workers starting together do not race, and
+a start-up never waits longer than ``setup_timeout``. Each yields a `Persistence`,
+so compiling is::
 
     with open_postgres(dsn) as p:
         app = builder.compile(checkpointer=p.checkpointer, store=p.store)
@@ -22,7 +25,8 @@ called; `Persistence.list_pending` lists its intents of unknown outcome (see
 "Retention" in `langgraph_resilience.core.effects`).
 
 One runner per thread: `Persistence.thread_lock`
-(`langgraph_resilience.stores.locks`) holds the thread's lock on the same backend.
+(`langgraph_resilience.stores.locks`) holds the thread's lease on the same backend;
+a crashed runner's lease lapses after ``lease_ttl`` (30 s by default).
 
 Durability (the ``durability=`` argument of ``invoke`` / ``stream`` / ``ainvoke`` /
 ``astream``; LangGraph has no compile-time default for it, so pass it per run):
@@ -59,7 +63,7 @@ import datetime as dt
 import inspect
 import pathlib
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeAlias, TypedDict, Unpack
 
 import psycopg
@@ -79,10 +83,13 @@ from langgraph_resilience.core.effects import (
     SagaLog,
 )
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.core.lease import DEFAULT_LEASE_TTL
+from langgraph_resilience.core.lease import lease_ttl as lease_ttl_seconds
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.stores.breakers import AsyncPostgresBreakerStore, PostgresBreakerStore
 from langgraph_resilience.stores.effect_ledger import attach_ledger
 from langgraph_resilience.stores.fencing import AsyncFencedPostgresSaver, FencedPostgresSaver
+from langgraph_resilience.stores.leases import Lease, acquire
 from langgraph_resilience.stores.locks import athread_lock, thread_lock
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.postgres import (
@@ -90,8 +97,10 @@ from langgraph_resilience.stores.postgres import (
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
     PersistenceError,
+    Postgres,
     PostgresIdempotencyStore,
     PostgresSagaLog,
+    SetupTimeoutError,
     connect_error,
     first_line,
 )
@@ -163,17 +172,20 @@ class Persistence:
     """The append-only saga log of effects and compensations."""
     path: pathlib.Path | None = None
     """The SQLite file, for `open_sqlite`."""
+    lease_ttl: float = DEFAULT_LEASE_TTL
+    """Seconds a thread lease lives past its last renewal (PostgreSQL): how long a
+    crashed runner keeps its thread before another may resume it."""
 
     def thread_lock(
         self, thread_id: str, *, wait: bool | float = False
-    ) -> contextlib.AbstractContextManager[None]:
-        """`thread_lock` on this persistence's backend."""
+    ) -> contextlib.AbstractContextManager[Lease | None]:
+        """`thread_lock` on this persistence's backend (its ``lease_ttl``)."""
         return thread_lock(self, thread_id, wait=wait)
 
     def athread_lock(
         self, thread_id: str, *, wait: bool | float = False
-    ) -> contextlib.AbstractAsyncContextManager[None]:
-        """`athread_lock` on this persistence's backend."""
+    ) -> contextlib.AbstractAsyncContextManager[Lease | None]:
+        """`athread_lock` on this persistence's backend (its ``lease_ttl``)."""
         return athread_lock(self, thread_id, wait=wait)
 
     def purge(self, older_than: float | dt.timedelta = DEFAULT_RETENTION) -> int:
@@ -255,8 +267,12 @@ def open_sqlite(path: str | pathlib.Path) -> Iterator[Persistence]:
 
 # ------------------------------------------------------------------ Postgres
 
-_OPEN_LOCK = "langgraph-resilience:open"
-_OPEN_LOCK_SQL = "SELECT pg_advisory_lock(hashtextextended(%s, 0))"
+SETUP_THREAD = "langgraph-resilience:setup"
+"""The lease row start-ups take to run every ``setup()`` one process at a time."""
+DEFAULT_SETUP_TIMEOUT = 60.0
+"""Seconds a start-up waits for another process's setup: twice the setup lease's TTL
+(always the default 30 s, whatever ``lease_ttl`` says: a setup is not cut short by a
+short thread TTL), so a setup whose process crashed is taken over first."""
 
 _SYNC_PARTS = (FencedPostgresSaver, PostgresStore, PostgresIdempotencyStore, PostgresSagaLog)
 _ASYNC_PARTS = (
@@ -267,7 +283,7 @@ _ASYNC_PARTS = (
 )
 
 
-def _postgres_persistence(pool: AnyPool, shown: str) -> Persistence:
+def _postgres_persistence(pool: AnyPool, shown: str, ttl: float) -> Persistence:
     """The saver, the store and our ledgers on one pool, sync or async."""
     parts: tuple[Any, ...] = _ASYNC_PARTS if isinstance(pool, AsyncConnectionPool) else _SYNC_PARTS
     saver, store, ledger, saga = parts
@@ -278,23 +294,53 @@ def _postgres_persistence(pool: AnyPool, shown: str) -> Persistence:
         target=shown,
         idempotency=ledger(pool),
         saga=saga(pool),
+        lease_ttl=ttl,
     )
     attach_ledger(p.checkpointer, p.idempotency, p.saga)
     return p
 
 
-def _setup(probe: Any, p: Persistence, *, checkpointer: bool = True) -> Flow[None]:
+def _setup(p: Persistence, *, checkpointer: bool, wait: float) -> Flow[None]:
     """Every ``setup()`` (LangGraph's saver and store unless a server owns them, our
-    ledgers, the breaker table), under a session advisory lock on `probe`, so workers
-    starting together do not race."""
+    ledgers, the breaker table), by one process at a time: under the setup lease, a
+    row of the lease table taken and renewed like a thread's (so a pooler is fine,
+    and a setup whose process crashed is taken over once its lease lapses). A start-up
+    waits at most `wait` seconds for another's: `SetupTimeoutError`, never a hang."""
     asynchronous = isinstance(p.pool, AsyncConnectionPool)
     breakers: Any = AsyncPostgresBreakerStore if asynchronous else PostgresBreakerStore
-    yield Call(probe.execute, None, (_OPEN_LOCK_SQL, (_OPEN_LOCK,)))
+    assert p.pool is not None
+    runner = Postgres(p.pool, owner="open_postgres", is_async=asynchronous)
+    try:
+        lease = yield from acquire(
+            runner,
+            SETUP_THREAD,
+            ttl=DEFAULT_LEASE_TTL,
+            wait=wait,
+            clock=_NEVER_SLEEPS,
+            where=p.target,
+        )
+    except ThreadBusyError as exc:
+        raise SetupTimeoutError.waiting("the tables", seconds=f"{wait:g}s") from exc
+    yield Call(lease.start_renewal, _async_call(lease.astart_renewal))
     parts: tuple[Any, ...] = (p.idempotency, p.saga, breakers(p.pool))
     if checkpointer:
         parts = (p.checkpointer, p.store, *parts)
-    for part in parts:
-        yield Call(part.setup)
+    try:
+        for part in parts:
+            yield Call(part.setup)
+    except Exception:
+        yield Call(lease.release, lease.arelease)
+        raise
+    yield Call(lease.release, lease.arelease)
+
+
+def _async_call(start: Callable[[], None]) -> Callable[[], Any]:
+    """`start` as an async callable (it must run on the loop: it creates a task)."""
+
+    async def call() -> None:
+        start()
+
+    return call
 
 
 def postgres_opening(
@@ -307,15 +353,23 @@ def postgres_opening(
     timeout: float = 10.0,
     setup: bool = True,
     checkpointer: bool = True,
+    lease_ttl: float | dt.timedelta | None = None,
+    setup_timeout: float = DEFAULT_SETUP_TIMEOUT,
 ) -> Flow[Persistence]:
     """Probe `dsn`, open a pool on it, set every table up: `open_postgres` under
     `drive`, `aopen_postgres` under `adrive` (the async connection and pool)."""
     shown = redact(dsn)
+    ttl = lease_ttl_seconds(lease_ttl)
+    options = {
+        "autocommit": True,
+        "connect_timeout": max(1, int(timeout)),
+        "prepare_threshold": None,
+    }
     try:  # one direct probe: fails fast with the server's reason, where a pool would retry
-        options = {"autocommit": True, "connect_timeout": max(1, int(timeout))}
         probe = yield Call(connect, None, (dsn,), options)
     except psycopg.Error as exc:
         raise connect_error(shown, exc) from None  # the driver's text may quote the DSN
+    yield Call(probe.close)  # it connected: the server is there
     pools: list[Any] = []
     pool: Any = pool_class(
         dsn,
@@ -328,25 +382,44 @@ def postgres_opening(
     )
     pools.append(pool)
     try:
-        try:
-            yield Call(pool.open, None, (), {"wait": True, "timeout": timeout})
-            persistence = _postgres_persistence(pool, shown)
-            if setup:
-                yield from _setup(probe, persistence, checkpointer=checkpointer)
-        except Exception:
-            yield Call(probe.close)
-            raise
-        yield Call(probe.close)  # (never in a `finally`: an abandoned flow must not yield)
+        yield Call(pool.open, None, (), {"wait": True, "timeout": timeout})
+        persistence = _postgres_persistence(pool, shown, ttl)
+        if setup:
+            yield from _setup(persistence, checkpointer=checkpointer, wait=setup_timeout)
     except PoolTimeout:
         yield Call(pool.close)
+        reason = yield from _why_no_connection(dsn, connect, options)
         raise PersistenceError(
-            f"cannot connect to PostgreSQL at {shown} within {timeout:g}s; "
-            "check host, port, database and credentials"
+            f"cannot open a pool on PostgreSQL at {shown} within {timeout:g}s: {reason}"
         ) from None
     except (psycopg.Error, OSError) as exc:
         yield Call(pool.close)
         raise PersistenceError(f"cannot open PostgreSQL at {shown}: {first_line(exc)}") from None
+    except Exception:  # ours, typed already (SetupTimeoutError, ...): the pool is closed
+        yield Call(pool.close)
+        raise
     return persistence
+
+
+def _why_no_connection(
+    dsn: str, connect: Callable[..., Any], options: Mapping[str, Any]
+) -> Flow[str]:
+    """Why the pool got no connection although the probe did: the server's first line
+    for a fresh connection and statement, not a guess at host and credentials."""
+    try:
+        conn = yield Call(connect, None, (dsn,), dict(options))
+    except psycopg.Error as exc:
+        return first_line(exc)
+    try:
+        yield Call(conn.execute, None, ("SELECT 1",))
+    except psycopg.Error as exc:
+        yield Call(conn.close)
+        return first_line(exc)
+    yield Call(conn.close)
+    return (
+        "a direct connection works, so the pool's connections were refused or queued "
+        "(a pooler's pool or max_client_conn full?): raise those limits, or timeout="
+    )
 
 
 def _purging_check(pool_class: Any, pools: list[Any]) -> Callable[[Any], Any]:
@@ -390,16 +463,25 @@ class PostgresOptions(TypedDict, total=False):
     checkpointer: bool
     """Create LangGraph's checkpoint and store tables too (default True); ``False``
     when a LangGraph Server owns the checkpointer (`shared_postgres` does)."""
+    lease_ttl: float | dt.timedelta
+    """How long a thread lease lives past its last renewal (default 30 s): how long a
+    crashed runner keeps its thread before `resume` may take it over. Its holder renews
+    it every third of that."""
+    setup_timeout: float
+    """Seconds a start-up waits for another process's setup before it fails with
+    `SetupTimeoutError` (default 60)."""
 
 
 @contextlib.contextmanager
 def open_postgres(dsn: str, **options: Unpack[PostgresOptions]) -> Iterator[Persistence]:
     """Open a pool on `dsn` with a `PostgresSaver`, a `PostgresStore` and our ledgers.
 
-    Every table is created (``setup=True``) under a session advisory lock, so
-    processes that start together do not race on migrations; pass
+    Every table is created (``setup=True``) by one process at a time, under a lease
+    row (no session state: fine through PgBouncer), so processes that start together
+    do not race on migrations and none waits longer than ``setup_timeout``; pass
     ``setup=False`` in workers when a deploy step already ran it. A connection
-    failure raises `PersistenceError` naming the DSN with its password redacted.
+    failure raises `PersistenceError` naming the DSN with its password redacted and
+    the server's reason.
     """
     persistence = drive(
         postgres_opening(dsn, psycopg.connect, ConnectionPool, **options), _NEVER_SLEEPS

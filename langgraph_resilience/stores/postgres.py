@@ -39,7 +39,14 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyRecord, SagaEntry
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.errors import ConfigurationError, ResilienceError
+from langgraph_resilience.errors import ConfigurationError, ResilienceError, ThreadLockLostError
+from langgraph_resilience.stores.held import fences_json
+from langgraph_resilience.stores.lease_sql import (
+    FENCE_SQLSTATE,
+    LEASE_DDL,
+    SETUP_LOCK_TIMEOUT,
+    SETUP_PREAMBLE,
+)
 from langgraph_resilience.stores.saga import SAGA_COLUMNS, SagaDialect, SqlSagaLog
 from langgraph_resilience.stores.sql import (
     COLUMNS,
@@ -59,6 +66,7 @@ __all__ = [
     "Postgres",
     "PostgresIdempotencyStore",
     "PostgresSagaLog",
+    "SetupTimeoutError",
     "SyncConn",
 ]
 
@@ -71,10 +79,16 @@ Work: TypeAlias = Callable[..., Flow[T]]
 
 POSTGRES_CONNECTION_KWARGS: dict[str, Any] = {
     "autocommit": True,
-    "prepare_threshold": 0,
+    "prepare_threshold": None,
     "row_factory": dict_row,
 }
-"""What LangGraph's Postgres saver and store require of every connection."""
+"""What LangGraph's Postgres saver and store require of every connection, and what a
+transaction pooler requires of ours: no statement is ever prepared
+(``prepare_threshold=None``). PgBouncer before 1.21 (Debian bookworm ships 1.18) has
+no prepared statements in ``pool_mode=transaction``: a statement prepared on one
+backend is run on another (``prepared statement "_pg3_0" does not exist``). Preparing
+would save the server a parse per statement; measured on this package's statements it
+is noise next to the round trip."""
 
 _NEVER_SLEEPS = SystemClock()
 
@@ -82,6 +96,22 @@ _NEVER_SLEEPS = SystemClock()
 class PersistenceError(ResilienceError):
     """The checkpointer or store could not be opened; the message names the target
     with any password redacted."""
+
+
+class SetupTimeoutError(PersistenceError):
+    """Creating our tables at start-up waited too long: another process held the setup
+    lock (or a lock on our tables) for longer than start-up waits. It never hangs."""
+
+    @classmethod
+    def waiting(cls, what: str, *, seconds: str = "") -> SetupTimeoutError:
+        """The error of a setup of `what` that gave up waiting."""
+        waited = f" for {seconds}" if seconds else ""
+        return cls(
+            f"setting up {what} waited{waited} for another process's setup (or a lock on "
+            "our tables) and gave up; start again once it is done, or create the tables "
+            "once from a deploy step (open_postgres(dsn) or store.setup()) and start the "
+            "workers with setup=False"
+        )
 
 
 def first_line(exc: BaseException) -> str:
@@ -129,6 +159,23 @@ def fetch(cur: Any, query: Any, params: Any = None) -> Flow[list[Any]]:
         return []
     rows: list[Any] = yield Call(cur.fetchall)
     return rows
+
+
+def _raise_ours(exc: BaseException) -> None:
+    """A driver error that means something of ours, raised as what it means: a write the
+    database refused because the writer's thread lease is gone (`ThreadLockLostError`),
+    or a ledger whose tables predate the fence functions (`ConfigurationError`)."""
+    if not isinstance(exc, psycopg.Error):
+        return
+    if exc.sqlstate == FENCE_SQLSTATE:
+        thread_id = exc.diag.message_detail or "?"
+        raise ThreadLockLostError(thread_id, "its lease was taken over or expired") from None
+    if isinstance(exc, psycopg.errors.UndefinedFunction) and "lgr_" in str(exc):
+        raise ConfigurationError(
+            "the ledger's tables were set up by an older version, without the thread "
+            "lease functions its writes call: run setup() once (open_postgres(dsn) does, "
+            "or PostgresIdempotencyStore(pool).setup()), then start the workers"
+        ) from exc
 
 
 def _transaction(cur: Any, statements: Iterable[str]) -> Flow[None]:
@@ -285,9 +332,10 @@ class Postgres:
         with self._connection() as conn, _cursor(conn, row_factory, client) as cur:
             try:
                 return drive(work(cur, *args), _NEVER_SLEEPS)
-            except BaseException:
+            except BaseException as exc:
                 if conn.info.transaction_status != TransactionStatus.IDLE:
                     conn.rollback()
+                _raise_ours(exc)
                 raise
 
     async def arun(
@@ -305,9 +353,10 @@ class Postgres:
         async with self._aconnection() as conn, _cursor(conn, row_factory, client) as cur:
             try:
                 return await adrive(work(cur, *args), _NEVER_SLEEPS)
-            except BaseException:
+            except BaseException as exc:
                 if conn.info.transaction_status != TransactionStatus.IDLE:
                     await conn.rollback()
+                _raise_ours(exc)
                 raise
 
     def rows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -317,7 +366,11 @@ class Postgres:
         if self.is_async:
             return self._on_loop(self.arows(query, params))
         with self._lock, self.conn.cursor(row_factory=dict_row) as cur:
-            _execute_alone(self.conn, cur, query, params)
+            try:
+                _execute_alone(self.conn, cur, query, params)
+            except psycopg.Error as exc:
+                _raise_ours(exc)
+                raise
             return cur.fetchall() if _rows_of(cur) else []
 
     async def arows(self, query: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -328,7 +381,11 @@ class Postgres:
             return await asyncio.to_thread(self.rows, query, params)
         self.loop = self.loop or asyncio.get_running_loop()
         async with self._lock, self.conn.cursor(row_factory=dict_row) as cur:
-            await _aexecute_alone(self.conn, cur, query, params)
+            try:
+                await _aexecute_alone(self.conn, cur, query, params)
+            except psycopg.Error as exc:
+                _raise_ours(exc)
+                raise
             return await cur.fetchall() if _rows_of(cur) else []
 
     def transaction(self, statements: Iterable[str]) -> None:
@@ -480,10 +537,18 @@ class JsonTable:
 IDEMPOTENCY_TABLE = "lgr_idempotency"
 SAGA_TABLE = "lgr_saga"
 
-_SETUP_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('langgraph-resilience:setup', 0))"
+
+@contextlib.contextmanager
+def _bounded(table: str) -> Iterator[None]:
+    """A setup transaction whose lock wait ran out: `SetupTimeoutError`, naming the fix."""
+    try:
+        yield
+    except psycopg.errors.LockNotAvailable as exc:
+        raise SetupTimeoutError.waiting(table, seconds=SETUP_LOCK_TIMEOUT) from exc
+
 
 _IDEMPOTENCY_DDL = (
-    _SETUP_LOCK,
+    *SETUP_PREAMBLE,
     """
     CREATE TABLE IF NOT EXISTS lgr_idempotency (
         key text PRIMARY KEY,
@@ -506,10 +571,14 @@ _IDEMPOTENCY_DDL = (
     # blocking writes while it builds; this statement is then a no-op.
     "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
     "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
+    # the thread leases, whose tokens the ledger's writes carry (``lgr_fenced``)
+    *LEASE_DDL,
 )
+"""The ledger's tables, and the leases its writes are fenced by, in one transaction:
+the lock wait capped (`SetupTimeoutError`, never a hang), under the setup lock."""
 
 _SAGA_DDL = (
-    _SETUP_LOCK,
+    *SETUP_PREAMBLE,
     """
     CREATE TABLE IF NOT EXISTS lgr_saga (
         seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -529,8 +598,12 @@ _OUTCOME = """
 UPDATE lgr_idempotency
 SET status = %(status)s, result = %(result)s::jsonb, updated_at = now()
 {commit_mode}WHERE key = %(key)s AND status = 'pending'
-RETURNING key
+RETURNING key, thread_id, NOT lgr_lease_holds(thread_id, %(fences)s::jsonb) AS lgr_stale
 """
+# The outcome of an effect that ran is a fact, kept whoever reports it: refusing a
+# stale holder's outcome would make the ledger forget an effect that happened (the
+# next owner could run it again). ``lgr_stale`` says the writer's lease is gone, and
+# the store stops that run right after the write (`ThreadLockLostError`).
 
 # One batch of `purge`: completed rows older than the retention, oldest first, through
 # lgr_idempotency_completed_idx; locked rows (a concurrent purge) are skipped. A pending
@@ -582,17 +655,22 @@ DIALECT = LedgerDialect(
     # row, and the claim script reads it (a second round trip, only on a replay).
     intent="""
         INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
-        VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s)
+        SELECT %(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s
+        WHERE lgr_fenced(%(thread_id)s, %(fences)s::jsonb)
         ON CONFLICT (key) DO NOTHING
         RETURNING key
     """,
     # The intent and the thread's other pending intents of its fingerprint (what the
     # exactly-once flow reconciles before a new effect runs), in one round trip: the
     # SELECT reads the snapshot the INSERT started from, so it never sees this key.
+    # Both are fenced in the statement: a writer whose thread lease was taken over or
+    # lapsed gets `ThreadLockLostError` (SQLSTATE LR001, raised by ``lgr_fenced``) and
+    # nothing is written, with no gap between the check and the write.
     intent_unresolved=f"""
         WITH new AS (
             INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
-            VALUES (%(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s)
+            SELECT %(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s
+            WHERE lgr_fenced(%(thread_id)s, %(fences)s::jsonb)
             ON CONFLICT (key) DO NOTHING
             RETURNING key
         )
@@ -627,7 +705,10 @@ DIALECT = LedgerDialect(
         f"SELECT {COLUMNS} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
         "ORDER BY created_at, key"
     ),
-    release="DELETE FROM lgr_idempotency WHERE key = %(key)s AND status <> 'done' RETURNING key",
+    release=(
+        "DELETE FROM lgr_idempotency WHERE key = %(key)s AND status <> 'done' "
+        "AND lgr_fenced(thread_id, %(fences)s::jsonb) RETURNING key"
+    ),
     purge=_PURGE,
     list_pending=(
         f"SELECT {COLUMNS} FROM lgr_idempotency WHERE status = 'pending' "
@@ -636,8 +717,11 @@ DIALECT = LedgerDialect(
     ),
     record_of=_record_of,
     purged=lambda rows: int(rows[0]["n"]) if rows else 0,
+    fences=fences_json,
+    stale_of=lambda row: bool(row["lgr_stale"]),
 )
-"""The ledger's statements on PostgreSQL (the server's clock)."""
+"""The ledger's statements on PostgreSQL (the server's clock); the writes carry the
+thread leases of the writer's context (`fences_json`)."""
 
 SAGA_DIALECT = SagaDialect(
     append=f"""
@@ -683,7 +767,7 @@ class PostgresIdempotencyStore(_PostgresLedger):
     """The ledger in PostgreSQL table ``lgr_idempotency``, over a psycopg pool or connection.
 
     Works with the pool configuration LangGraph's `PostgresSaver` needs
-    (``autocommit=True, prepare_threshold=0, row_factory=dict_row``). On a single
+    (``autocommit=True, prepare_threshold=None, row_factory=dict_row``). On a single
     connection another user also holds (a ``PostgresSaver``'s ``saver.conn``), pass
     that user's `lock` (``saver.lock``): each statement then runs under it, one at a
     time and unprepared (`Postgres`). Claiming a
@@ -725,8 +809,10 @@ class PostgresIdempotencyStore(_PostgresLedger):
         )
 
     def setup(self) -> None:
-        """Create the table and its indexes if they do not exist."""
-        self._pg.transaction(_IDEMPOTENCY_DDL)
+        """Create the table and its indexes, and the lease table, if they do not exist
+        (one transaction; `SetupTimeoutError` rather than a hang)."""
+        with _bounded(IDEMPOTENCY_TABLE):
+            self._pg.transaction(_IDEMPOTENCY_DDL)
 
 
 class AsyncPostgresIdempotencyStore(_PostgresLedger):
@@ -760,8 +846,9 @@ class AsyncPostgresIdempotencyStore(_PostgresLedger):
         )
 
     async def setup(self) -> None:
-        """Create the table and its indexes if they do not exist."""
-        await self._pg.atransaction(_IDEMPOTENCY_DDL)
+        """Create the table and its indexes, and the lease table, if they do not exist."""
+        with _bounded(IDEMPOTENCY_TABLE):
+            await self._pg.atransaction(_IDEMPOTENCY_DDL)
 
 
 class PostgresSagaLog(SqlSagaLog):
@@ -776,7 +863,8 @@ class PostgresSagaLog(SqlSagaLog):
 
     def setup(self) -> None:
         """Create the table and its index if they do not exist."""
-        self._pg.transaction(_SAGA_DDL)
+        with _bounded(SAGA_TABLE):
+            self._pg.transaction(_SAGA_DDL)
 
 
 class AsyncPostgresSagaLog(SqlSagaLog):
@@ -789,4 +877,5 @@ class AsyncPostgresSagaLog(SqlSagaLog):
 
     async def setup(self) -> None:
         """Create the table and its index if they do not exist."""
-        await self._pg.atransaction(_SAGA_DDL)
+        with _bounded(SAGA_TABLE):
+            await self._pg.atransaction(_SAGA_DDL)

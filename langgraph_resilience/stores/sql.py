@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import collections
+import contextvars
 import dataclasses
 import datetime as dt
 import json
@@ -34,6 +35,7 @@ from langgraph_resilience.core.effects import (
     OutcomeStatus,
 )
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.errors import ThreadLockLostError
 from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.stores import values
 
@@ -104,6 +106,14 @@ class LedgerDialect:
     same fingerprint: rows tagged ``lgr_kind`` (``new``: the intent written, its key;
     ``sibling``: a pending one, whole). None: the claim and `unresolved` are two
     statements."""
+    fences: Callable[[], str] | None = None
+    """The thread leases the writer's context holds (JSON, the ``fences`` parameter of
+    the intent, outcome and release statements), when the backend fences writes: the
+    intent and the release are refused (`ThreadLockLostError`) once a newer holder
+    exists. None: no fencing (SQLite, whose lock is a file lock)."""
+    stale_of: Callable[[Any], bool] | None = None
+    """Whether an outcome's row says the writer's lease is gone: the outcome is kept
+    (an effect that ran is a fact) and the run is stopped right after."""
 
 
 def _lost_claim(key: str) -> RuntimeError:
@@ -113,8 +123,9 @@ def _lost_claim(key: str) -> RuntimeError:
     )
 
 
-_Deferred = tuple[str, Any, OutcomeStatus, str | None, str | None]
-"""A deferred outcome: (key, result, status, thread_id, fingerprint)."""
+_Deferred = tuple[str, Any, OutcomeStatus, str | None, str | None, contextvars.Context]
+"""A deferred outcome: (key, result, status, thread_id, fingerprint, the context it was
+handed over in: its thread lease travels with the write)."""
 
 
 class OutcomeWriter:
@@ -143,7 +154,8 @@ class OutcomeWriter:
     ) -> None:
         """Queue one outcome (of `thread_id`'s effect `fingerprint`, when known)."""
         with self._cond:
-            self._queue.append((key, result, status, thread_id, fingerprint))
+            item = (key, result, status, thread_id, fingerprint, contextvars.copy_context())
+            self._queue.append(item)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._drain, name="lgr-outcomes", daemon=True
@@ -166,7 +178,7 @@ class OutcomeWriter:
                 and t in (thread_id, None)
                 and (fingerprint is None or f in (fingerprint, None))
             )
-            for k, _, _, t, f in self._queue
+            for k, _, _, t, f, _ in self._queue
         )
 
     def wait(
@@ -189,9 +201,9 @@ class OutcomeWriter:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: bool(self._queue))
-                key, result, status, _, _ = self._queue[0]
+                key, result, status, _, _, context = self._queue[0]
             try:
-                self._written(key, result, status)
+                context.run(self._written, key, result, status)
             finally:
                 with self._cond:
                     self._queue.popleft()
@@ -204,6 +216,8 @@ class OutcomeWriter:
             try:
                 self._write(key, result, status)
                 return
+            except ThreadLockLostError:
+                return  # kept; the run that handed it over is stopped at its next write
             except Exception as exc:
                 delay = ledger_retry_delay(attempt)
                 if delay is None:
@@ -276,6 +290,8 @@ class OutcomeTasks:
             try:
                 await self._write(key, result, status)
                 return
+            except ThreadLockLostError:
+                return  # kept; the run that handed it over is stopped at its next write
             except Exception as exc:
                 delay = ledger_retry_delay(attempt)
                 if delay is None:
@@ -420,6 +436,11 @@ class SqlIdempotencyStore:
 
     # ----------------------------------------------------------- the scripts
 
+    def _fenced(self) -> dict[str, str]:
+        """The ``fences`` parameter of a write: the leases of the caller's context."""
+        fences = self._dialect.fences
+        return {} if fences is None else {"fences": fences()}
+
     def _run(self, query: str, params: Mapping[str, Any]) -> Call:
         """One statement of a script: its rows are sent back into the script."""
         return Call(self._rows, self._arows, (query, params))
@@ -436,6 +457,7 @@ class SqlIdempotencyStore:
             "thread_id": thread_id,
             "args": values.json_text(args, what="args"),
             "fingerprint": fingerprint,
+            **self._fenced(),
         }
         # what the intent holds, known here: the statement returns its key only
         intent = IdempotencyRecord(
@@ -468,13 +490,15 @@ class SqlIdempotencyStore:
         intent at all) a new record."""
         dialect = self._dialect
         outcome, text = values.outcome_status(status), values.json_text(result, what="result")
-        params = {"key": key, "status": outcome, "result": text}
+        params = {"key": key, "status": outcome, "result": text, **self._fenced()}
         # what it records, known here (as the ledger holds it: JSON); the statement
         # returns its key only
         recorded = IdempotencyRecord(key=key, status=outcome, result=json.loads(text))
         for _ in range(_CLAIM_RETRIES):
             rows = yield self._run(self._outcome_sql, params)
             if rows:
+                if dialect.stale_of is not None and dialect.stale_of(rows[0]):
+                    raise ThreadLockLostError(str(rows[0]["thread_id"]), "outcome kept")
                 return recorded
             rows = yield self._run(dialect.get, {"key": key})
             if rows and rows[0]["status"] != "pending":
@@ -494,7 +518,7 @@ class SqlIdempotencyStore:
         return records[0] if records else None
 
     def _release(self, key: str) -> Flow[bool]:
-        rows = yield self._run(self._dialect.release, {"key": key})
+        rows = yield self._run(self._dialect.release, {"key": key, **self._fenced()})
         return bool(rows)
 
     def _purge(self, older_than: float | dt.timedelta) -> Flow[int]:

@@ -33,8 +33,14 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyRecord, summarize_records
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.errors import ConfigurationError, ResilienceError, ThreadBusyError
-from langgraph_resilience.stores.locks import LockTarget, athread_lock, thread_lock
+from langgraph_resilience.errors import ConfigurationError, ResilienceError
+from langgraph_resilience.stores.locks import (
+    LockTarget,
+    athread_held,
+    athread_lock,
+    thread_held,
+    thread_lock,
+)
 from langgraph_resilience.stores.postgres import Postgres
 from langgraph_resilience.stores.remote_threads import (
     RemoteThreads,
@@ -165,7 +171,7 @@ async def aresume(
             raise ThreadNotFoundError(thread_id)
         return await remote.arun(thread_id, command, cfg)
     assert not isinstance(app, Server)
-    held: contextlib.AbstractAsyncContextManager[None] = (
+    held: contextlib.AbstractAsyncContextManager[Any] = (
         athread_lock(lock, thread_id, wait=wait) if lock is not None else contextlib.nullcontext()
     )
     async with held:
@@ -265,22 +271,13 @@ def _might_run(snapshot: StateSnapshot) -> bool:
 
 
 def _busy(persistence: Persistence, thread_id: str) -> bool:
-    """Whether another runner holds the thread's lock (taken and released at once)."""
-    try:
-        with thread_lock(persistence, thread_id):
-            pass
-    except ThreadBusyError:
-        return True
-    return False
+    """Whether another runner holds the thread (its lease, read only; a file lock is
+    taken and released at once)."""
+    return thread_held(persistence, thread_id)
 
 
 async def _abusy(persistence: Persistence, thread_id: str) -> bool:
-    try:
-        async with athread_lock(persistence, thread_id):
-            pass
-    except ThreadBusyError:
-        return True
-    return False
+    return await athread_held(persistence, thread_id)
 
 
 def _status(

@@ -40,7 +40,9 @@ def direct(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
 @pytest.fixture
 def tally(request: pytest.FixtureRequest) -> Iterator[Tally]:
     """The scenario's tally, reported at the end of the session."""
-    mode = str(getattr(request.node, "callspec", None) and request.node.callspec.params["mode"])
+    params = request.node.callspec.params if hasattr(request.node, "callspec") else {}
+    # the mode, and the route when there is one (straight to PostgreSQL or via PgBouncer)
+    mode = "/".join(str(params[k]) for k in ("pg_route", "mode") if k in params) or "-"
     scenario = request.node.originalname.removeprefix("test_")
     record = Tally(scenario=scenario, mode=mode)
     _TALLIES.append(record)

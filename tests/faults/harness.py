@@ -10,8 +10,7 @@ infrastructure), so its rows are the real effects a trial counts.
 
 The user's side (the checkpointer, the ledger, the thread lock) goes through the
 `PgProxy`. Only the public API is used: ``langgraph_resilience`` and
-``langgraph_resilience.testing``, plus ``LOCK_APPLICATION_NAME`` (found wherever the
-persistence module lives: the package is being split into subpackages).
+``langgraph_resilience.testing``; a lapsed lease is made by SQL on the lease table.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
-import importlib
 import random
 import threading
 import time
@@ -34,7 +32,6 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import StructuredTool
 from langgraph.graph import MessagesState, StateGraph
 
-import langgraph_resilience
 from langgraph_resilience import (
     EffectStatus,
     Persistence,
@@ -405,28 +402,12 @@ def run_loop(main: Callable[[], Awaitable[Any]]) -> Any:
 # ------------------------------------------------------------------ faults
 
 
-def _lock_application_name() -> str:
-    """The ``application_name`` of thread-lock sessions: public if exported, else from
-    the persistence module (``langgraph_resilience.persistence``, or where it moved)."""
-    if hasattr(langgraph_resilience, "LOCK_APPLICATION_NAME"):
-        return str(langgraph_resilience.LOCK_APPLICATION_NAME)
-    for module in ("langgraph_resilience.persistence", "langgraph_resilience.stores.persistence"):
-        try:
-            return str(importlib.import_module(module).LOCK_APPLICATION_NAME)
-        except ImportError:
-            continue
-    raise ImportError("LOCK_APPLICATION_NAME not found in langgraph_resilience")
-
-
-LOCK_APPLICATION_NAME = _lock_application_name()
-
-
-def kill_lock_sessions(conn: psycopg.Connection[Any]) -> int:
-    """pg_terminate_backend every thread-lock session on `conn`'s database."""
+def lapse_leases(conn: psycopg.Connection[Any]) -> int:
+    """Every thread lease on `conn`'s database lapses now, as when its holder misses its
+    renewals (a paused process, a network cut): another runner may take the thread."""
     rows = conn.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE application_name = %s AND datname = current_database()",
-        (LOCK_APPLICATION_NAME,),
+        "UPDATE lgr_thread_leases SET expires_at = now() - interval '1 second' "
+        "WHERE expires_at > now() RETURNING thread_id"
     ).fetchall()
     return len(rows)
 

@@ -1,14 +1,15 @@
-"""Scenario 1: the thread-lock session of a running runner is killed at a random moment.
+"""Scenario 1: the thread lease of a running runner lapses at a random moment.
 
 Runner A holds ``thread_lock`` and pays a plan of three amounts. At a random moment
 of its run (uniform over a calibrated run's length, counted from the moment A holds
-the lock), its lock session is ``pg_terminate_backend``-ed over a direct connection;
-a second runner B (another pool and lock session, as another worker would have) then
-resumes the thread right away, while A may still be running. A must stop with
-`ThreadLockLostError` (or have finished before the kill), B must finish the thread,
-and every amount must be paid exactly once.
+the lock), its lease lapses (set expired over a direct connection, as when A misses its
+renewals: a paused process, a network cut); a second runner B (another pool, as another
+worker would have) then resumes the thread right away, taking it over with a newer
+token while A may still be running. A must stop with `ThreadLockLostError` (or have
+finished before the lapse), B must finish the thread, and every amount must be paid
+exactly once.
 
-The random kill lands in A's ``pay`` (claimed, request in flight) only rarely; when it
+The random lapse lands in A's ``pay`` (claimed, request in flight) only rarely; when it
 does, B must wait for A's request instead of asking the service too early and paying
 again. ``test_an_effect_in_flight_when_the_lock_dies_is_paid_once`` holds A there to
 make that window deterministic (A and B in one process, as two workers sharing one).
@@ -40,7 +41,7 @@ from tests.faults.harness import (
     build_app,
     calibrate,
     error_name,
-    kill_lock_sessions,
+    lapse_leases,
     outcome_of,
     plan_for,
     run_loop,
@@ -56,14 +57,14 @@ ATTEMPTS = 200
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_lock_holder_session_killed(
+def test_lock_holder_lease_lapses(
     pg_dsn: str,
     proxy: PgProxy,
     direct: psycopg.Connection[Any],
     tally: Tally,
     mode: str,
 ) -> None:
-    """Random kill points over the whole run, 20 trials: A stops (or had finished), B
+    """Random lapse points over the whole run, 20 trials: A stops (or had finished), B
     finishes the thread, every amount is paid once."""
     bank = Bank(pg_dsn)
     driver = Driver(mode)
@@ -82,7 +83,7 @@ def test_lock_holder_session_killed(
 
         def kill() -> tuple[int, int, bool]:
             paid = sum(bank.counts(t.plan).values())
-            return kill_lock_sessions(direct), paid, a_run.done()
+            return lapse_leases(direct), paid, a_run.done()
 
         injector = Injector(delay, kill, after=locked).start()
         a_run.add_done_callback(lambda _: None if locked.is_set() else injector.cancel())
@@ -92,9 +93,9 @@ def test_lock_holder_session_killed(
             t.problems.append(f"A ended before it locked the thread: {a_exc!r}")
             return
         killed, paid_before, a_done = fired
-        t.log(f"A locked; kill at +{delay:.3f}s: {killed} session(s), {paid_before} paid")
+        t.log(f"A locked; lapse at +{delay:.3f}s: {killed} lease(s), {paid_before} paid")
         if a_done:
-            tally.note("A had finished before the kill")
+            tally.note("A had finished before the lapse")
         b_how, b_exc = await outcome_of(driver.finish(app_b, thread, t.plan, lock=pb, wait=30))
         _, a_exc = await a_run
         t.log(f"A: {error_name(a_exc) if a_exc else 'finished'}")
@@ -106,7 +107,7 @@ def test_lock_holder_session_killed(
         if isinstance(a_exc, ThreadLockLostError):
             tally.note("A stopped with ThreadLockLostError")
         elif a_exc is None and not a_done:
-            tally.note("A still running at the kill, finished (its last write was fenced before)")
+            tally.note("A still running at the lapse, finished (its last write was checked before)")
         if a_exc is not None and not isinstance(a_exc, ThreadLockLostError):
             t.problems.append(f"A raised {error_name(a_exc)}: {a_exc}")
         if b_exc is not None:
@@ -122,7 +123,7 @@ def test_lock_holder_session_killed(
             pa = await driver.open(stack, proxy.dsn(pg_dsn))
             pb = await driver.open(stack, proxy.dsn(pg_dsn, application_name="runner-b"))
             span = await calibrate(driver, pa, bank, think=THINK)
-            tally.info.append(f"kill point uniform over 0..{span:.3f}s after the lock")
+            tally.info.append(f"lapse point uniform over 0..{span:.3f}s after the lock")
             for seed in range(TRIALS):
                 await trial(seed, pa, pb, span)
 
@@ -141,9 +142,9 @@ def test_an_effect_in_flight_when_the_lock_dies_is_paid_once(
     tally: Tally,
     mode: str,
 ) -> None:
-    """The deterministic form of the window the random kills rarely hit: A is held inside
+    """The deterministic form of the window the random lapses rarely hit: A is held inside
     its ``pay`` (after the package's fence checks, before the request lands) while its
-    lock session is killed and B resumes the thread; then A's request lands."""
+    lease lapses and B resumes the thread; then A's request lands."""
     bank = Bank(pg_dsn)
     driver = Driver(mode)
     t = tally.add(Trial(0, plan_for(0, size=1)))
@@ -174,7 +175,7 @@ def test_an_effect_in_flight_when_the_lock_dies_is_paid_once(
                 outcome_of(driver.invoke(app_a, user_input(t.plan), thread, lock=pa))
             )
             assert await asyncio.to_thread(entered.wait, 30), "A never reached pay()"
-            t.log(f"A inside pay(); killed {kill_lock_sessions(direct)} lock session(s)")
+            t.log(f"A inside pay(); lapsed {lapse_leases(direct)} lease(s)")
             how, b_exc = await outcome_of(driver.finish(app_b, thread, t.plan, lock=pb, wait=30))
             t.log(f"B: {error_name(b_exc) if b_exc else how}, {bank.counts(t.plan)} paid")
             release.set()
@@ -196,7 +197,7 @@ def test_an_effect_in_flight_when_the_lock_dies_is_paid_once(
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_waited_lock_is_free_once_released(pg_dsn: str, proxy: PgProxy, mode: str) -> None:
-    """Found by the session-kill trials (B resumed with wait=30, got ThreadNotFoundError
+    """Found by the lock-loss trials (B resumed with wait=30, got ThreadNotFoundError
     because A stopped before its first checkpoint, and could not start the thread)."""
     driver = Driver(mode)
     busy: list[str] = []
@@ -215,18 +216,6 @@ def test_a_waited_lock_is_free_once_released(pg_dsn: str, proxy: PgProxy, mode: 
     assert busy == [], f"{len(busy)} of {ATTEMPTS} immediate re-locks failed: {sorted(set(busy))}"
 
 
-def kill_advisory_lock_holders(conn: psycopg.Connection[Any]) -> int:
-    """pg_terminate_backend every session holding an advisory lock on `conn`'s database
-    (a lock taken with wait= is held by a dedicated session, not a named lock session)."""
-    rows = conn.execute(
-        "SELECT pg_terminate_backend(l.pid) FROM pg_locks l "
-        "JOIN pg_stat_activity a ON a.pid = l.pid "
-        "WHERE l.locktype = 'advisory' AND l.granted "
-        "AND a.datname = current_database() AND l.pid <> pg_backend_pid()"
-    ).fetchall()
-    return len(rows)
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_run_under_a_waited_lock_is_fenced(
     pg_dsn: str,
@@ -236,7 +225,7 @@ def test_a_run_under_a_waited_lock_is_fenced(
     mode: str,
 ) -> None:
     """A holds the thread with ``wait=``; between its first payment and its next turn its
-    lock session is killed and B finishes the thread; A must then stop (fenced)."""
+    lease lapses and B finishes the thread; A must then stop (fenced)."""
     bank = Bank(pg_dsn)
     driver = Driver(mode)
     t = tally.add(Trial(0, plan_for(0, size=2)))
@@ -259,7 +248,7 @@ def test_a_run_under_a_waited_lock_is_fenced(
                 outcome_of(driver.invoke(app_a, user_input(t.plan), thread, lock=pa, wait=30))
             )
             assert await asyncio.to_thread(paused.wait, 30), "A never reached its 2nd turn"
-            t.log(f"A paused; killed {kill_advisory_lock_holders(direct)} lock holder(s)")
+            t.log(f"A paused; lapsed {lapse_leases(direct)} lease(s)")
             how, b_exc = await outcome_of(driver.finish(app_b, thread, t.plan, lock=pb, wait=30))
             t.log(f"B: {error_name(b_exc) if b_exc else how}, {bank.counts(t.plan)} paid")
             release.set()

@@ -137,17 +137,17 @@ def test_server_restart(pg_dsn: str, proxy: PgProxy, tally: Tally, mode: str) ->
 # ------------------------------------------------------------------ at exact protocol points
 
 POINTS = [
-    ("thread lock", b"pg_try_advisory_lock"),
+    ("thread lock", b"INSERT INTO lgr_thread_leases"),
     ("checkpoint blobs", b"INSERT INTO checkpoint_blobs"),
     ("checkpoint", b"INSERT INTO checkpoints"),
     ("checkpoint writes", b"INSERT INTO checkpoint_writes"),
     ("ledger claim", b"INSERT INTO lgr_idempotency"),
     ("ledger outcome", b"UPDATE lgr_idempotency"),
 ]
-"""Statements a run sends. A trigger fires at the first one sent after it is armed, on a
-fresh pool: later uses of a statement are prepared and no longer carry its text. (The
-fence's ``SELECT 1`` is left out: the lock session outlives the trials and prepares it;
-its loss is the thread-lock point's.)"""
+"""Statements a run sends. A trigger fires at the first one sent after it is armed (no
+statement is prepared: each carries its text). The fence's check is left out: it runs
+on the same pool as the thread lock's statements, whose loss is the thread-lock
+point's."""
 
 
 async def restart_at(

@@ -1,10 +1,10 @@
 """A user process for the fencing tests: look something up, then pay, under the thread lock.
 
 ``start --block`` blocks inside the lookup (after writing a marker file) until a
-release file appears, so the test can kill the session holding this process's
-thread lock meanwhile. ``resume`` continues the thread by thread_id. Either prints
+release file appears, so the test can make this process's thread lease lapse
+meanwhile. ``resume`` continues the thread by thread_id. Either prints
 JSON: the thread's last message, or ``{"lost": true}`` when the run stopped because
-its lock died.
+its lease was lost.
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@ a known point write a marker file there and then block until SIGKILL.
 
 - ``claim``: wait at a Postgres barrier (a shared advisory lock the test holds
   exclusively), then claim one key.
-- ``hold-lock``: take a thread's run lock, write the marker, block.
-- ``try-lock``: try a thread's run lock once; report ``acquired`` or ``busy``.
+- ``hold-lock``: take a thread's run lock (a lease of ``--ttl`` seconds), write the
+  marker, block.
+- ``try-lock``: try a thread's run lock (waiting ``--wait`` seconds); report
+  ``acquired`` or ``busy``.
 - ``compensate``: compensate a thread; with ``--block-on`` the compensator of
   that effect writes the marker and blocks, before or after its own effect.
 - ``approve-start`` / ``approve-resume``: a graph that asks a human (``interrupt``)
@@ -71,14 +73,14 @@ def cmd_claim(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_hold_lock(args: argparse.Namespace) -> dict[str, Any]:
-    with thread_lock(args.dsn, args.thread):
+    with thread_lock(args.dsn, args.thread, ttl=args.ttl):
         _block_until_killed(pathlib.Path(args.marker))
     return {}
 
 
 def cmd_try_lock(args: argparse.Namespace) -> dict[str, Any]:
     try:
-        with thread_lock(args.dsn, args.thread):
+        with thread_lock(args.dsn, args.thread, wait=args.wait):
             return {"acquired": True}
     except ThreadBusyError as exc:
         return {"acquired": False, "error": str(exc), "thread_id": exc.thread_id}
@@ -229,6 +231,8 @@ def main() -> None:
     parser.add_argument("--placement", choices=["before", "after"], default="before")
     parser.add_argument("--mode", choices=["sync", "async"], default="sync")
     parser.add_argument("--decision", default="yes")
+    parser.add_argument("--ttl", type=float, default=None)
+    parser.add_argument("--wait", type=float, default=0.0)
     args = parser.parse_args()
     handler = {
         "claim": cmd_claim,

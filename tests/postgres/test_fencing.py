@@ -1,5 +1,5 @@
-"""Fencing: a runner whose thread-lock session died stops before it writes again, so a
-second runner that takes the lock is the only one that goes on (no fork, no double pay)."""
+"""Fencing: a runner whose thread lease lapsed stops before it writes again, so a second
+runner that takes the thread over is the only one that goes on (no fork, no double pay)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ import pytest
 
 from langgraph_resilience import (
     PersistenceError,
+    ThreadBusyError,
     ThreadLockLostError,
     athread_lock,
     open_postgres,
     thread_lock,
 )
-from langgraph_resilience.stores import locks
 from langgraph_resilience.stores.fencing import check_fence
-from langgraph_resilience.stores.persistence import LOCK_APPLICATION_NAME
 from tests.postgres.processes import finish, spawn
 
 WORKER = pathlib.Path(__file__).with_name("fence_worker.py")
@@ -29,47 +28,47 @@ WORKER = pathlib.Path(__file__).with_name("fence_worker.py")
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
-def kill_lock_sessions(dsn: str) -> int:
-    """pg_terminate_backend every thread-lock session on the test's database."""
+def lapse_leases(dsn: str) -> int:
+    """Every thread lease on the test's database lapses now (its holder missed its
+    renewals: a paused process, a network cut); returns how many."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name = %s AND datname = current_database()",
-            (LOCK_APPLICATION_NAME,),
+            "UPDATE lgr_thread_leases SET expires_at = now() - interval '1 second' "
+            "WHERE expires_at > now() RETURNING thread_id"
         ).fetchall()
     return len(rows)
 
 
 def test_a_lost_lock_is_noticed_at_the_next_fence(pg_dsn: str) -> None:
-    """The lock's session is killed: the holder's fence says so; a second runner may lock."""
+    """The lease lapses: the holder's fence says so; a second runner may lock."""
     with open_postgres(pg_dsn) as p, thread_lock(p, "t1"):
         check_fence("t1")  # held: fine
-        assert kill_lock_sessions(pg_dsn) == 1
+        assert lapse_leases(pg_dsn) == 1
         with pytest.raises(ThreadLockLostError):
             check_fence("t1")
         config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
         with pytest.raises(ThreadLockLostError):
             p.checkpointer.put_writes(config, [("x", 1)], "task")
+        with thread_lock(pg_dsn, "t1"):  # the thread is free for the next runner
+            pass
 
 
-def test_a_stuck_lock_session_is_replaced(pg_dsn: str) -> None:
-    """A lock statement whose answer was never read (a round trip cut short) leaves the
-    process's lock session unable to run anything ("another command is already in
-    progress"). The next lock replaces the session instead of failing for the rest of
-    the process's life; the lock the stuck session held is reported lost, then freed."""
-    with open_postgres(pg_dsn) as p, thread_lock(p, "t1"):
-        assert p.pool is not None
-        session = locks._session_for("postgres", p.pool.conninfo)
-        stuck = session._conn
-        assert stuck is not None
+def test_a_stuck_lease_connection_is_replaced(pg_dsn: str) -> None:
+    """A lease statement whose answer was never read (a round trip cut short) leaves the
+    process's lease connection unable to run anything ("another command is already in
+    progress"). The next statement replaces the connection; the lease, which lives in a
+    table and not in the session, is still held."""
+    with thread_lock(pg_dsn, "t1") as lease:
+        assert lease is not None
+        client: Any = lease.runner
+        stuck = client._conn
         stuck.pgconn.send_query(b"SELECT 1")  # sent; its answer is never read
-        with pytest.raises(ThreadLockLostError):
-            check_fence("t1")
-        with thread_lock(p, "t2"):
+        check_fence("t1")
+        with thread_lock(pg_dsn, "t2"):
             check_fence("t2")
         assert stuck.closed
-        with thread_lock(pg_dsn, "t1", wait=10):  # another session: the old one's lock is free
-            pass
+        with pytest.raises(ThreadBusyError):
+            thread_lock(pg_dsn, "t1").__enter__()
 
 
 def test_a_busy_given_connection_is_named_not_replaced(pg_dsn: str) -> None:
@@ -106,8 +105,8 @@ async def test_a_busy_given_async_connection_is_named(pg_dsn: str) -> None:
 
 
 def run_scenario(dsn: str, tmp: pathlib.Path, mode: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A blocks in its lookup under the lock; its lock session is killed; B resumes the
-    thread and finishes it; then A is released. Returns (A's result, B's result)."""
+    """A blocks in its lookup under the lock; its lease lapses; B resumes the thread and
+    finishes it; then A is released. Returns (A's result, B's result)."""
     thread, release = uuid.uuid4().hex, tmp / f"release-{uuid.uuid4().hex}"
     common = ["--dsn", dsn, "--thread", thread, "--mode", mode]
     first = spawn(WORKER, "start", *common, "--block", str(release))
@@ -117,7 +116,7 @@ def run_scenario(dsn: str, tmp: pathlib.Path, mode: str) -> tuple[dict[str, Any]
         assert first.poll() is None, first.communicate()[1]
         assert time.monotonic() < deadline, "the first runner never reached its lookup"
         time.sleep(0.02)  # polling another process's marker file
-    assert kill_lock_sessions(dsn) == 1
+    assert lapse_leases(dsn) == 1
     second = finish(spawn(WORKER, "resume", *common))
     release.write_text("go")
     return finish(first), second

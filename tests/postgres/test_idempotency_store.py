@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import TypedDict
 
 from langgraph_resilience.stores.persistence import (
+    LOCK_APPLICATION_NAME,
     POSTGRES_CONNECTION_KWARGS,
     PersistenceError,
     ThreadBusyError,
@@ -340,24 +341,31 @@ def test_saga_compensates_lifo_exactly_once_across_a_sigkill(
 def test_a_second_process_gets_thread_busy_until_the_holder_dies(
     pg_dsn: str, tmp_path: pathlib.Path
 ) -> None:
-    """Two processes lock one thread: the second gets ThreadBusyError; SIGKILL frees the lock."""
+    """Two processes lock one thread: the second gets ThreadBusyError; once the holder is
+    SIGKILLed its lease lapses (a 2 s TTL here) and the thread is free again."""
     marker = tmp_path / "locked"
     holder = subprocess.Popen(
-        _worker("hold-lock", "--dsn", pg_dsn, "--thread", "t-busy", "--marker", str(marker)),
+        _worker(
+            "hold-lock", "--dsn", pg_dsn, "--thread", "t-busy", "--marker", str(marker),
+            "--ttl", "2",
+        ),
         env=_env(),
-    )
+    )  # fmt: skip
     _wait_for(marker.exists, "the holder to take the lock", holder)
 
     busy = _run_worker("try-lock", "--dsn", pg_dsn, "--thread", "t-busy")
     other_thread = _run_worker("try-lock", "--dsn", pg_dsn, "--thread", "t-other")
     _kill(holder)
-    after = _run_worker("try-lock", "--dsn", pg_dsn, "--thread", "t-busy")
+    killed = time.monotonic()
+    after = _run_worker("try-lock", "--dsn", pg_dsn, "--thread", "t-busy", "--wait", "30")
 
     assert busy["acquired"] is False
     assert busy["thread_id"] == "t-busy"
     assert "another runner" in busy["error"]
+    assert "lapses in" in busy["error"]
     assert other_thread["acquired"] is True
     assert after["acquired"] is True
+    assert time.monotonic() - killed < 15
 
 
 def test_thread_lock_waits_when_asked(pg_dsn: str) -> None:
@@ -373,8 +381,7 @@ def test_thread_lock_waits_when_asked(pg_dsn: str) -> None:
 
         queued = threading.Thread(target=waiter)
         queued.start()
-        with psycopg.connect(pg_dsn, autocommit=True) as watch:
-            _wait_for(lambda: _count(watch, WAITING_ADVISORY) == 1, "the waiter to queue")
+        time.sleep(0.3)  # the waiter asks again meanwhile (real time: the lease is real)
         assert not acquired.is_set()
     queued.join(timeout=30)
     assert acquired.is_set()
@@ -397,30 +404,38 @@ async def test_async_thread_lock_excludes_sync_and_async_runners(pg_dsn: str) ->
         pass
 
 
-def test_many_runs_share_one_lock_session(pg_dsn: str) -> None:
-    """50 runs of one process hold 50 thread locks on a single connection; a 2nd run is refused."""
+def test_many_runs_share_one_lock_connection(pg_dsn: str) -> None:
+    """50 runs of one process hold 50 thread leases through a single connection of its
+    own; a 2nd run of a held thread is refused."""
     with contextlib.ExitStack() as stack, psycopg.connect(pg_dsn, autocommit=True) as watch:
         for n in range(50):
             stack.enter_context(thread_lock(pg_dsn, f"t-{n}"))
         with pytest.raises(ThreadBusyError, match="another run in this process"):
             thread_lock(pg_dsn, "t-7").__enter__()
-        holders = watch.execute(
-            "SELECT count(*), count(DISTINCT pid) FROM pg_locks "
-            "WHERE locktype = 'advisory' AND granted "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        ).fetchone()
-    assert holders == (50, 1)
+        leases = _count(watch, "SELECT count(*) FROM lgr_thread_leases WHERE expires_at > now()")
+        sessions = _count(
+            watch,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            f"AND application_name = '{LOCK_APPLICATION_NAME}'",
+        )
+    assert (leases, sessions) == (50, 1)
     with thread_lock(pg_dsn, "t-7"):
         pass
 
 
-def test_lock_session_survives_a_terminated_backend(pg_dsn: str) -> None:
-    """When the server ends the lock session, the next lock reconnects instead of failing."""
-    with thread_lock(pg_dsn, "t-a"), psycopg.connect(pg_dsn, autocommit=True) as admin:
+def test_lock_connection_survives_a_terminated_backend(pg_dsn: str) -> None:
+    """When the server ends the lease connection, the next lock reconnects instead of
+    failing, and the lease held meanwhile is still held (it lives in a table)."""
+    with thread_lock(pg_dsn, "t-a") as lease, psycopg.connect(pg_dsn, autocommit=True) as admin:
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_locks "
-            "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND datname = current_database()",
+            (LOCK_APPLICATION_NAME,),
         )
+        assert lease is not None
+        lease.check()
+        with pytest.raises(ThreadBusyError):
+            thread_lock(pg_dsn, "t-a").__enter__()
     with thread_lock(pg_dsn, "t-b"):
         pass
 

@@ -1,0 +1,77 @@
+"""Which thread leases the current context holds: what every write of a runner carries.
+
+`thread_lock` puts the lease it took here (a context variable, like LangGraph's
+config) for the block it guards; `current_fence` finds it again before a checkpoint
+write or a side effect, and `fences_json` is what the ledger's writes send along, so
+the database refuses them once a newer holder exists (``lgr_fenced`` in
+`langgraph_resilience.stores.lease_sql`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator, Mapping
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Fence", "current_fence", "fences_json", "holding"]
+
+
+@runtime_checkable
+class Fence(Protocol):
+    """A held lease, as a writer sees it: its token, and a one-statement check."""
+
+    @property
+    def thread_id(self) -> str:
+        """The thread it holds."""
+        ...
+
+    @property
+    def token(self) -> int:
+        """Its fencing token: greater than every earlier holder's of the thread."""
+        ...
+
+    @property
+    def db(self) -> str:
+        """The database it is held in (``current_database()``)."""
+        ...
+
+    def check(self) -> None:
+        """Raise `ThreadLockLostError` unless the token is still the thread's current one
+        (one statement)."""
+        ...
+
+    async def acheck(self) -> None:
+        """Async `check`."""
+        ...
+
+
+_HELD: contextvars.ContextVar[Mapping[str, Fence] | None] = contextvars.ContextVar(
+    "langgraph_resilience_fences", default=None
+)
+
+
+@contextlib.contextmanager
+def holding(fence: Fence) -> Iterator[None]:
+    """Make `fence` the current context's fence for its thread while the block runs."""
+    previous = _HELD.get()
+    _HELD.set({**(previous or {}), fence.thread_id: fence})
+    try:
+        yield
+    finally:  # set, not reset: an async lock enters and exits in different contexts
+        _HELD.set(previous)
+
+
+def current_fence(thread_id: str) -> Fence | None:
+    """The lease this context holds on `thread_id`, if any."""
+    return (_HELD.get() or {}).get(thread_id)
+
+
+def fences_json() -> str:
+    """The leases this context holds, as the ledger's writes carry them:
+    ``{thread_id: {"token": n, "db": name}}`` (``{}`` when it holds none)."""
+    held = _HELD.get()
+    if not held:
+        return "{}"
+    return json.dumps({t: {"token": f.token, "db": f.db} for t, f in held.items()})

@@ -1,0 +1,296 @@
+"""Thread leases: one runner per thread on PostgreSQL, with no session state.
+
+A `Lease` is a row of ``lgr_thread_leases`` (`langgraph_resilience.stores.lease_sql`)
+with a fencing token: `acquire` takes it in one statement (waiting, when asked, by
+asking again with a backoff slept on the injected clock), its holder renews it in the
+background every third of its TTL (a daemon thread for a sync holder, a task for an
+async one) and releases it in one statement. A holder that crashes stops renewing:
+its lease lapses `ttl` seconds later (30 by default) and the next `acquire` takes the
+thread over with a greater token. Nothing here lives in a database session, so a
+lease holds the same straight to PostgreSQL and through a transaction pooler.
+
+A held lease is the thread's fence (`langgraph_resilience.stores.held.Fence`): its
+`token` travels with every ledger write of the run, which the database refuses once a
+newer holder exists, and `Lease.check` (one statement) stops a run before a checkpoint
+write or a side effect once its lease is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import psycopg
+
+from langgraph_resilience.core.backoff import ledger_retry_delay
+from langgraph_resilience.core.clock import Clock, SystemClock
+from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
+from langgraph_resilience.core.lease import (
+    check_margin,
+    poll_delay,
+    renew_interval,
+    renew_retry,
+    wait_seconds,
+)
+from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
+from langgraph_resilience.stores import lease_sql
+from langgraph_resilience.stores.postgres import PersistenceError, SetupTimeoutError, first_line
+
+__all__ = ["Lease", "LeaseRunner", "acquire", "ensure_schema", "holder_prefix"]
+
+_REAL = SystemClock()
+"""Renewals run on real time: the lease lapses on the database's clock."""
+
+
+class LeaseRunner(Protocol):
+    """Where lease statements run: each one its own transaction, its rows as dicts."""
+
+    def rows(self, query: str, params: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        """Run one statement (committed); its rows."""
+        ...
+
+    async def arows(self, query: str, params: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        """Async `rows`."""
+        ...
+
+    def transaction(self, statements: tuple[str, ...]) -> None:
+        """Run `statements` (no parameters) in one transaction."""
+        ...
+
+    async def atransaction(self, statements: tuple[str, ...]) -> None:
+        """Async `transaction`."""
+        ...
+
+
+def holder_prefix() -> str:
+    """``host:pid``: whose leases are this process's (read each time: a fork is another)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class Lease:
+    """A held thread lease: the thread's fence while its run goes on.
+
+    `token` is greater than every earlier holder's token of the thread; `check` asks the
+    database, in one statement, whether it is still the current one with more than a
+    third of its TTL left; `lost` is set once a check or a renewal found it gone.
+    """
+
+    thread_id: str
+    token: int
+    db: str
+    """The database it is held in: a write to another database is not fenced by it."""
+    holder: str
+    ttl: float
+    runner: LeaseRunner = dataclasses.field(repr=False)
+    where: str = ""
+    lost: bool = False
+    _stop: threading.Event | None = dataclasses.field(default=None, repr=False)
+    _task: asyncio.Task[None] | None = dataclasses.field(default=None, repr=False)
+
+    def _params(self, **extra: Any) -> dict[str, Any]:
+        return {"thread_id": self.thread_id, "token": self.token, **extra}
+
+    def _lost(self) -> ThreadLockLostError:
+        self.lost = True
+        return ThreadLockLostError(self.thread_id, self.where)
+
+    def _statement(self, query: str, **extra: Any) -> Call:
+        return Call(self.runner.rows, self.runner.arows, (query, self._params(**extra)))
+
+    def _checked(self) -> Flow[None]:
+        """The fence check: one statement, sent again once on a broken connection; a
+        database that still does not answer counts as lost (the run stops, resumes later)."""
+        if self.lost:
+            raise self._lost()
+        for attempt in (1, 2):
+            try:
+                rows = yield self._statement(lease_sql.CHECK, margin=check_margin(self.ttl))
+            except psycopg.OperationalError:
+                if attempt == 2:
+                    raise self._lost() from None
+                continue
+            except psycopg.Error:
+                raise self._lost() from None
+            if not rows:
+                raise self._lost()
+            return
+
+    def check(self) -> None:
+        """Raise `ThreadLockLostError` unless the lease is still the thread's current one
+        with more than a third of its TTL left (one statement)."""
+        drive(self._checked(), _REAL)
+
+    async def acheck(self) -> None:
+        """Async `check`."""
+        await adrive(self._checked(), _REAL)
+
+    def _renewed(self) -> Flow[bool]:
+        if not (yield self._statement(lease_sql.RENEW, ttl=self.ttl)):
+            self.lost = True
+        return not self.lost
+
+    def renew(self) -> bool:
+        """Extend the lease by its TTL; False (and `lost`) once it is gone."""
+        return drive(self._renewed(), _REAL)
+
+    async def arenew(self) -> bool:
+        """Async `renew`."""
+        return await adrive(self._renewed(), _REAL)
+
+    # ----------------------------------------------------------- in the background
+
+    def start_renewal(self) -> None:
+        """Renew on a daemon thread until `release`."""
+        self._stop = threading.Event()
+        threading.Thread(
+            target=self._renewing, args=(self._stop,), name="lgr-lease", daemon=True
+        ).start()
+
+    def _renewing(self, stop: threading.Event) -> None:
+        delay = renew_interval(self.ttl)
+        while not stop.wait(delay):  # woken at once by release
+            try:
+                if not self.renew():
+                    return
+                delay = renew_interval(self.ttl)
+            except Exception:  # the database did not answer: try again soon
+                delay = renew_retry(self.ttl)
+
+    def astart_renewal(self) -> None:
+        """Renew in a task on the running loop until `arelease`."""
+        self._task = asyncio.get_running_loop().create_task(self._arenewing())
+
+    async def _arenewing(self) -> None:
+        delay = renew_interval(self.ttl)
+        while True:
+            await _REAL.asleep(delay)
+            try:
+                if not await self.arenew():
+                    return
+                delay = renew_interval(self.ttl)
+            except Exception:
+                delay = renew_retry(self.ttl)
+
+    def _released(self) -> Flow[None]:
+        """Give the lease back: sent again once on a broken connection; a failure leaves
+        it to lapse."""
+        for _ in (1, 2):
+            try:
+                yield self._statement(lease_sql.RELEASE)
+                return
+            except Exception:  # once more, then let it lapse
+                continue
+
+    def release(self) -> None:
+        """Stop renewing and give the lease back."""
+        if self._stop is not None:
+            self._stop.set()
+        drive(self._released(), _REAL)
+
+    async def arelease(self) -> None:
+        """Async `release`."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await adrive(self._released(), _REAL)
+
+
+def ensure_schema(runner: LeaseRunner, where: str = "") -> Flow[None]:
+    """Create the lease table and its functions (one bounded transaction)."""
+    statements = lease_sql.setup_transaction(lease_sql.LEASE_DDL)
+    try:
+        yield Call(runner.transaction, runner.atransaction, (statements,))
+    except psycopg.errors.LockNotAvailable as exc:
+        raise SetupTimeoutError.waiting(lease_sql.LEASE_TABLE) from exc
+    except psycopg.Error as exc:
+        raise PersistenceError(
+            f"cannot create {lease_sql.LEASE_TABLE} at {where}: {first_line(exc)}; run "
+            "open_postgres(dsn) once as a role that may create tables"
+        ) from None
+
+
+def _busy(thread_id: str, where: str, row: Mapping[str, Any] | None) -> ThreadBusyError:
+    """Who holds the thread, as precisely as the refusal said."""
+    if row is None or row.get("holder") is None:
+        return ThreadBusyError(thread_id, where)
+    holder, left = str(row["holder"]), row.get("expires_in")
+    mine = " (another run in this process)" if holder.rsplit(":", 1)[0] == holder_prefix() else ""
+    lapses = "" if left is None else f", lapses in {float(left):.1f}s unless renewed"
+    return ThreadBusyError(thread_id, f"{where}; held by {holder}{mine}{lapses}")
+
+
+def acquire(
+    runner: LeaseRunner,
+    thread_id: str,
+    *,
+    ttl: float,
+    wait: bool | float,
+    clock: Clock,
+    where: str = "",
+) -> Flow[Lease]:
+    """Take the thread's lease: at once, or asking again until `wait` runs out
+    (`ThreadBusyError`). A database without the lease table gets it created first."""
+    bound = wait_seconds(wait)
+    holder = f"{holder_prefix()}:{uuid.uuid4().hex[:12]}"
+    params = {"thread_id": thread_id, "holder": holder, "ttl": ttl}
+    started: float = yield Call(clock.monotonic)
+    attempt, failures, created = 0, 0, False
+    while True:
+        try:
+            rows = yield Call(runner.rows, runner.arows, (lease_sql.ACQUIRE, params))
+        except psycopg.errors.UndefinedTable:
+            if created:
+                raise
+            yield from ensure_schema(runner, where)
+            created = True
+            continue
+        except psycopg.OperationalError as exc:  # it may have been taken: ask again, as us
+            failures += 1
+            delay = ledger_retry_delay(failures)
+            if delay is None:
+                yield from _forget(runner, thread_id, holder)
+                raise PersistenceError(
+                    f"cannot take the lease of thread {thread_id!r} at {where}: "
+                    f"{first_line(exc)}; nothing ran: try again once PostgreSQL answers"
+                ) from None
+            yield Sleep(delay)
+            continue
+        row = rows[0] if rows else None
+        if row is not None and row["token"] is not None:
+            return Lease(thread_id, int(row["token"]), str(row["db"]), holder, ttl, runner, where)
+        now: float = yield Call(clock.monotonic)
+        left = None if bound is None else bound - (now - started)
+        if left is not None and left <= 0:
+            raise _busy(thread_id, where, row)
+        attempt += 1
+        expires_in = None if row is None or row["expires_in"] is None else row["expires_in"]
+        yield Sleep(poll_delay(attempt, expires_in=expires_in, left=left))
+
+
+def _forget(runner: LeaseRunner, thread_id: str, holder: str) -> Flow[None]:
+    """Give back a lease that an unanswered statement may have taken for `holder` (best
+    effort: a lease nobody renews lapses anyway)."""
+    params = {"thread_id": thread_id, "holder": holder}
+    with contextlib.suppress(psycopg.Error):
+        yield Call(runner.rows, runner.arows, (lease_sql.FORGET, params))
+
+
+def held_by(runner: LeaseRunner, thread_id: str) -> Flow[bool]:
+    """Whether anyone holds the thread's lease now (reads only; no table: nobody)."""
+    try:
+        rows = yield Call(
+            runner.rows, runner.arows, (lease_sql.HOLDER_OF, {"thread_id": thread_id})
+        )
+    except psycopg.errors.UndefinedTable:
+        return False
+    return bool(rows)
