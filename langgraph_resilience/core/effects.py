@@ -128,6 +128,7 @@ __all__ = [
     "STALE_GRACE",
     "RecordStatus",
     "StaleReason",
+    "abandoned",
     "abandoned_result",
     "stale_reason",
     "SagaAction",
@@ -317,6 +318,9 @@ class Claim:
     """On a ``new`` claim whose store looked them up in the same round trip: the
     thread's other pending intents of the same fingerprint, oldest first (what
     `IdempotencyStore.unresolved` returns, this key left out). None: not looked up."""
+    done: tuple[str, ...] | None = None
+    """Likewise: the keys of the thread's done records of the same fingerprint, newest
+    first (what `IdempotencyStore.done_keys` returns). None: not looked up."""
 
     @property
     def key(self) -> str:
@@ -404,18 +408,33 @@ def abandoned_result(reason: StaleReason) -> dict[str, Any]:
     }
 
 
+def abandoned(record: IdempotencyRecord) -> bool:
+    """Whether a record is a stale intent settled as abandoned: its outcome is unknown.
+
+    >>> abandoned(IdempotencyRecord("k", "failed", abandoned_result("expired")))
+    True
+    """
+    result = record.result
+    return isinstance(result, dict) and result.get("type") == "IntentAbandoned"
+
+
 def summarize_records(records: Iterable[IdempotencyRecord]) -> dict[str, int]:
     """Count a thread's side effects by status; a finished compensation (its
-    ``comp:`` record) counts as ``compensated``, not as one more effect done.
+    ``comp:`` record) counts as ``compensated``, not as one more effect done, and an
+    abandoned intent as ``unknown``, not as failed.
 
     >>> summarize_records([IdempotencyRecord("a", "done"), IdempotencyRecord("b", "pending"),
     ...                    IdempotencyRecord(compensation_key("a"), "done")])
-    {'pending': 1, 'done': 1, 'failed': 0, 'compensated': 1}
+    {'pending': 1, 'done': 1, 'failed': 0, 'unknown': 0, 'compensated': 1}
     """
-    counts = {"pending": 0, "done": 0, "failed": 0, "compensated": 0}
+    counts = {"pending": 0, "done": 0, "failed": 0, "unknown": 0, "compensated": 0}
     for record in records:
         compensation = record.key.startswith(compensation_key(""))
-        status = "compensated" if compensation and record.status == "done" else record.status
+        status: str = record.status
+        if compensation and status == "done":
+            status = "compensated"
+        elif abandoned(record):
+            status = "unknown"
         counts[status] = counts.get(status, 0) + 1
     return counts
 
@@ -437,6 +456,12 @@ class IdempotencyStore(Protocol):
     def unresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """The thread's pending intents (outcome unknown) with this `effect_fingerprint`,
         oldest first: the same effect asked for by an earlier call."""
+        ...
+
+    def done_keys(self, thread_id: str, fingerprint: str) -> list[str]:
+        """The keys of the thread's done records with this `effect_fingerprint`, newest
+        first: the same effect done by earlier calls, which a rewound thread may no
+        longer hold."""
         ...
 
     def record_outcome(
@@ -481,6 +506,10 @@ class IdempotencyStore(Protocol):
 
     async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """Async `unresolved`."""
+        ...
+
+    async def adone_keys(self, thread_id: str, fingerprint: str) -> list[str]:
+        """Async `done_keys`."""
         ...
 
     async def arecord_outcome(

@@ -101,6 +101,7 @@ def effect_of(
         approved=call_id in batch.approved,
         told_before=batch.told_before(),
         told_now=batch.told_now(),
+        held=batch.held.get(batch.keys.get(call_id, ""), 0),
         grace=grace,
         looked=looked,
         check_wait=check_wait,

@@ -27,7 +27,13 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
 from langgraph_resilience.core.backoff import ledger_retry_delay
-from langgraph_resilience.core.effects import Claim, EffectStatus, IdempotencyRecord, claim_action
+from langgraph_resilience.core.effects import (
+    Claim,
+    EffectStatus,
+    IdempotencyRecord,
+    abandoned,
+    claim_action,
+)
 from langgraph_resilience.core.flow import Call, Flow, Sleep
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import (
@@ -163,6 +169,9 @@ class Effect:
     told_now: frozenset[str] = frozenset()
     """Keys of unknown effects told to the agent in this task: a re-issue of one whose
     outcome has since been recorded is answered from it."""
+    held: int = 0
+    """How many times the thread holds this effect done (the ledger channel's count):
+    done records of it beyond that are effects a rewound thread no longer shows."""
     grace: float = 0.0
     """How long an abandoned attempt may still be running (the tool's timeout)."""
     looked: Callable[[], bool] = lambda: False
@@ -193,6 +202,7 @@ class Run:
     """The output-contract failure of an answer, or None when it is usable."""
 
 
+_ABANDONED = "its outcome was never recorded and it was settled as abandoned; it may have happened"
 _STILL_RUNNING = (
     "an earlier attempt that timed out is still running, so whether it takes effect is "
     "not known yet; it was not run again"
@@ -205,6 +215,8 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
     claim: Claim = yield from ledger_op(effect, "claim", _claim(call, effect))
     can_check = effect.profile.status_check is not None
     action = claim_action(claim, can_check_status=can_check)
+    if action == "replay" and abandoned(claim.record):
+        raise OutcomeUnknownError(effect.key, reason=_ABANDONED)
     if action == "replay":
         return replayed(call, claim.record.result, effect.key)
     key = effect.key
@@ -219,6 +231,9 @@ def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
         if reconciled is not None:
             return reconciled
     else:
+        done = yield from _done_unheld(call, effect, claim.done)
+        if done is not None:
+            return done
         earlier = yield from _reconcile_earlier(call, effect, claim.unresolved)
         if isinstance(earlier, ToolMessage):
             return earlier
@@ -301,6 +316,37 @@ def _resent_key(effect: Effect) -> Flow[str]:
     found: Sequence[IdempotencyRecord] = yield from ledger_op(effect, "siblings", unresolved)
     earlier = _siblings(found, effect)
     return earlier[0].key if earlier else effect.key
+
+
+EARLIER_RUN = (
+    "This was already done by an earlier run on this thread that the conversation no "
+    "longer shows (it was rolled back, or lost before it was saved); it was not done again."
+)
+
+
+def _done_unheld(
+    call: ToolCall, effect: Effect, known: Sequence[str] | None
+) -> Flow[ToolMessage | None]:
+    """The same effect done more often than the thread holds it (a rollback, a lost
+    flush or a fork rewound the thread past it, and the agent asks for it anew): this
+    call is answered with the newest such outcome, and the agent is told, instead of
+    doing it again. An effect the agent was told of as unknown in an earlier task is
+    not counted: a new human request for it runs."""
+    store = effect.ledger.idempotency
+    if known is None:
+        done_keys = Call(store.done_keys, store.adone_keys, (effect.thread_id, effect.fingerprint))
+        known = yield from ledger_op(effect, "siblings", done_keys)
+    done = [key for key in known if key != effect.key and key not in effect.told_before]
+    if len(done) <= effect.held:
+        return None
+    record: IdempotencyRecord | None = yield from ledger_op(
+        effect, "siblings", Call(store.get, store.aget, (done[0],))
+    )
+    if record is None or record.status != "done":  # purged or released meanwhile
+        return None
+    yield from _record(effect, effect.key, record.result)
+    emit(Event("effect_replayed", tool=call["name"], key=done[0], earlier_run=True))
+    return replayed(call, record.result, done[0], reconciled=True, note=EARLIER_RUN)
 
 
 def _reconcile_own(
@@ -627,9 +673,14 @@ def outcome_of(answer: Answer) -> Any:
     return storable(answer.content) if isinstance(answer, ToolMessage) else None
 
 
-def replayed(call: ToolCall, result: Any, key: str, *, reconciled: bool = False) -> ToolMessage:
-    """The answer for an effect that already happened: its recorded result, not a re-run."""
+def replayed(
+    call: ToolCall, result: Any, key: str, *, reconciled: bool = False, note: str = ""
+) -> ToolMessage:
+    """The answer for an effect that already happened: its recorded result, not a
+    re-run (with `note`, what the agent should know of how it happened)."""
     content = result if isinstance(result, str) else json.dumps(result, default=str)
+    if note:
+        content = f"{content}\n\n{note}"
     how = "reconciled" if reconciled else "replayed"
     return ToolMessage(
         content=content,

@@ -51,6 +51,7 @@ from typing_extensions import TypedDict
 
 __all__ = [
     "FINISHED",
+    "HELD_KEYS",
     "INFORMED_KEYS",
     "INLINE_ARGS_BYTES",
     "PLAN_CALL_PREFIX",
@@ -94,6 +95,9 @@ counted as a repeat of the first."""
 
 INFORMED_KEYS = 64
 """How many unknown-outcome effects the ledger remembers telling the agent of."""
+
+HELD_KEYS = 256
+"""How many distinct side effects (tool + arguments) the ledger counts as done."""
 
 INLINE_ARGS_BYTES = 1024
 """A kept finished record's arguments above this size (as JSON) are stored by digest."""
@@ -193,6 +197,11 @@ class Ledger(TypedDict, total=False):
     gone: dict[str, float]
     """Tools that answered STRUCTURAL when executed (404/410, contract gone), with the
     wall-clock time of the latest such answer: `policy.structural_memory` applies."""
+    held: dict[str, int]
+    """Side effects done in this thread, by `call_key` (tool + canonical arguments): how
+    many times. The side-effect ledger outlives a rewind of the thread (a rollback, a
+    lost flush, a fork) and this count does not, so an effect done that the thread no
+    longer holds is found and answered, not done again (the `HELD_KEYS` latest)."""
     informed: dict[str, str]
     """Side effects of unknown outcome the agent was told of: idempotency key -> task.
     In a later task the same effect asked for anew is not blocked by them (a new
@@ -236,6 +245,7 @@ def empty_ledger() -> Ledger:
         "plan": None,
         "gone": {},
         "informed": {},
+        "held": {},
         "rev": 0,
     }
 
@@ -282,6 +292,11 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     if update.get("informed"):
         informed = {**merged["informed"], **update["informed"]}
         merged["informed"] = _latest(informed, INFORMED_KEYS)
+    if update.get("held"):
+        held = dict(merged.get("held") or {})
+        for key, count in update["held"].items():
+            held[key] = held.pop(key, 0) + int(count)  # re-inserted: the latest
+        merged["held"] = _latest(held, HELD_KEYS)
     if update.get("gone"):
         gone = dict(merged["gone"])
         for tool, at in update["gone"].items():

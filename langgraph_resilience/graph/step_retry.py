@@ -157,6 +157,9 @@ def composed(first: Ledger, then: Ledger) -> Ledger:
     informed = {**(first.get("informed") or {}), **(then.get("informed") or {})}
     if informed:
         delta["informed"] = informed
+    held = _summed(first.get("held") or {}, then.get("held") or {})
+    if held:
+        delta["held"] = held
     return delta
 
 

@@ -149,6 +149,8 @@ class Batch:
     approved: set[str] = dataclasses.field(default_factory=set)
     informed: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """The ledger's unknown effects the agent was told of, by key -> task."""
+    held: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """The side effects done that the thread holds, by call key -> how many."""
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     recent: list[str] = dataclasses.field(default_factory=list)
     owns: frozenset[str] | None = None
@@ -222,7 +224,14 @@ def plan_batch(cfg: ToolSettings, state: Any, *, upto: str | None = None) -> Bat
     calls = ledger.get("calls") or {}
     gone = ledger.get("gone") or {}
     task = task_view(ledger, current_task(messages))
-    batch = Batch(ai_index, ai, cfg.clock.time(), task, informed=ledger.get("informed") or {})
+    batch = Batch(
+        ai_index,
+        ai,
+        cfg.clock.time(),
+        task,
+        informed=ledger.get("informed") or {},
+        held=ledger.get("held") or {},
+    )
     answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
     repaired = _invalid_calls(cfg, batch, answered, calls)
     budget = [cfg.policy.max_tool_attempts - int(task.get("tool_attempts") or 0)]

@@ -70,6 +70,8 @@ class Step:
     """Failures of calls that left their tool in this step: one per logical call."""
     informed: dict[str, str] = dataclasses.field(default_factory=dict)
     """Effects of unknown outcome the agent was told of in this step, by key -> task."""
+    held: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Side effects this step answered as done, by call key (the ledger's ``held``)."""
     done: int = 0
     """Clean first tries settled without a record (`_settle_clean`)."""
 
@@ -162,6 +164,7 @@ def _settle_call(
     emit(Event("attempt", tool=call["name"], call_id=call_id, attempt=attempt, ok=True))
     record["status"] = "ok"
     step.calls[slot] = record
+    _hold(cfg, step, call, batch.keys[call_id], message)
     if message is not None:
         message.response_metadata.pop("resilience_item_keys", None)
         merged = with_done_items(message, record, cfg.profiles.get(call["name"]))
@@ -191,8 +194,21 @@ def _settle_clean(
     if listening():
         emit(Event("attempt", tool=call["name"], call_id=call["id"] or "", attempt=1, ok=True))
     step.done += 1
+    _hold(cfg, step, call, batch.keys[call["id"] or ""], message)
     message.response_metadata.pop("resilience_item_keys", None)
     step.messages.append(message)
+
+
+def _hold(
+    cfg: ToolSettings, step: Step, call: ToolCall, key: str, message: ToolMessage | None
+) -> None:
+    """A side effect answered as done: the thread now holds it once more."""
+    profile = cfg.profiles.get(call["name"])
+    if profile is None or not profile.side_effect or message is None:
+        return
+    if isinstance(message.artifact, dict) and "mcp_unavailable" in message.artifact:
+        return  # skipped, not done
+    step.held[key] = step.held.get(key, 0) + 1
 
 
 def _settle_failure(
@@ -647,6 +663,8 @@ def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
         delta["gone"] = step.gone
     if step.informed:
         delta["informed"] = step.informed
+    if step.held:
+        delta["held"] = step.held
     return delta
 
 

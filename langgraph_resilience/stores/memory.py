@@ -109,6 +109,8 @@ class InMemoryIdempotencyStore:
         self._pending: dict[tuple[str | None, str | None], dict[str, None]] = {}
         """Pending keys by (thread, fingerprint), oldest first: `unresolved` reads its
         thread's few instead of scanning every record the store holds."""
+        self._done: dict[tuple[str | None, str | None], dict[str, None]] = {}
+        """Done keys by (thread, fingerprint), oldest first (`done_keys`)."""
         self.max_entries = check_max_entries(max_entries)
         self.ttl = None if ttl is None else values.duration_seconds(ttl, field="ttl", positive=True)
 
@@ -132,23 +134,32 @@ class InMemoryIdempotencyStore:
         if self._thread_alive is not None and self._writes % SWEEP_EVERY == 0:
             alive = self._thread_alive
             for key in [k for k in completed if not alive(self._rows[k][0].thread_id or "")]:
-                del completed[key]
-                self._rows.pop(key, None)
+                self._drop(key)
         if self.ttl is not None:
             horizon = now - self.ttl
             while completed:
                 key, used = next(iter(completed.items()))
                 if used > horizon:
                     break
-                del completed[key]
-                self._rows.pop(key, None)
+                self._drop(key)
         if self.max_entries is not None:
             while len(self._rows) > self.max_entries and completed:
                 key = next(iter(completed))
                 if key == keep:
                     break
-                del completed[key]
-                self._rows.pop(key, None)
+                self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        """Forget a record: out of the rows, the LRU order and the done index."""
+        self._completed.pop(key, None)
+        row = self._rows.pop(key, None)
+        if row is not None and row[0].status == "done":
+            index = (row[0].thread_id, row[0].fingerprint)
+            keys = self._done.get(index)
+            if keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del self._done[index]
 
     def _unindex(self, record: IdempotencyRecord) -> None:
         """A record leaves pending (an outcome, a release): out of `_pending`."""
@@ -203,6 +214,11 @@ class InMemoryIdempotencyStore:
             keys = self._pending.get((thread_id, fingerprint)) or {}
             return [self._rows[key][0] for key in keys]
 
+    def done_keys(self, thread_id: str, fingerprint: str) -> list[str]:
+        """The thread's done keys with this fingerprint, newest first."""
+        with self._lock:
+            return list(reversed(self._done.get((thread_id, fingerprint)) or {}))
+
     def record_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"
     ) -> IdempotencyRecord:
@@ -225,6 +241,8 @@ class InMemoryIdempotencyStore:
             if row is not None:
                 self._unindex(row[0])
             self._rows[key] = (record, text)
+            if status == "done":
+                self._done.setdefault((record.thread_id, record.fingerprint), {})[key] = None
             self._completed[key] = clock_now
             self._completed.move_to_end(key)
             self._evict(clock_now, keep=key)
@@ -270,8 +288,7 @@ class InMemoryIdempotencyStore:
                 and record.updated_at < horizon
             ]
             for key in gone:
-                del self._rows[key]
-                self._completed.pop(key, None)
+                self._drop(key)
             return len(gone)
 
     def list_pending(
@@ -304,6 +321,10 @@ class InMemoryIdempotencyStore:
     async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """Async `unresolved`."""
         return self.unresolved(thread_id, fingerprint)
+
+    async def adone_keys(self, thread_id: str, fingerprint: str) -> list[str]:
+        """Async `done_keys`."""
+        return self.done_keys(thread_id, fingerprint)
 
     async def arecord_outcome(
         self, key: str, result: Any, *, status: OutcomeStatus = "done"

@@ -566,6 +566,11 @@ _IDEMPOTENCY_DDL = (
     "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
     "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
     "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
+    # done effects of a thread by fingerprint: what a claim finds that a rewound thread
+    # no longer holds (on a large table created by an earlier version, create it
+    # beforehand with CREATE INDEX CONCURRENTLY, same name)
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_done_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'done'",
     # `purge`: completed rows by age. On a large table created by an earlier version,
     # create it beforehand with CREATE INDEX CONCURRENTLY (same name) to avoid
     # blocking writes while it builds; this statement is then a no-op.
@@ -649,6 +654,11 @@ _NO_RECORD = (
 """The columns after ``key`` of `COLUMNS` and ``age_s``, empty: a new intent's row in a
 claim that returns whole siblings (its caller knows the intent it wrote). Named: the
 first branch of a ``UNION`` names the columns of every row."""
+_DONE_ROW = (
+    "NULL::text, NULL::text, NULL::jsonb, 'done'::text, NULL::jsonb, created_at, "
+    "NULL::timestamptz, NULL::text, NULL::float8"
+)
+"""A done sibling's row in a claim: its key and creation time only (read when used)."""
 
 DIALECT = LedgerDialect(
     # The intent: one durable round trip for a new key. A key that exists returns no
@@ -679,6 +689,10 @@ DIALECT = LedgerDialect(
         SELECT 'sibling' AS lgr_kind, {COLUMNS}, {_AGE} FROM lgr_idempotency
         WHERE thread_id = %(thread_id)s AND fingerprint = %(fingerprint)s
           AND status = 'pending' AND key <> %(key)s
+        UNION ALL
+        SELECT 'done' AS lgr_kind, key, {_DONE_ROW} FROM lgr_idempotency
+        WHERE thread_id = %(thread_id)s AND fingerprint = %(fingerprint)s
+          AND status = 'done'
     """,
     get=f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE key = %(key)s",
     # The outcome of a pending intent; first outcome wins (a recorded one is never
@@ -700,6 +714,10 @@ DIALECT = LedgerDialect(
     unresolved=(
         f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
         "AND fingerprint = %(fingerprint)s AND status = 'pending' ORDER BY created_at, key"
+    ),
+    done_keys=(
+        "SELECT key FROM lgr_idempotency WHERE thread_id = %(thread_id)s "
+        "AND fingerprint = %(fingerprint)s AND status = 'done' ORDER BY created_at DESC, key DESC"
     ),
     for_thread=(
         f"SELECT {COLUMNS} FROM lgr_idempotency WHERE thread_id = %(thread_id)s "

@@ -93,6 +93,8 @@ class LedgerDialect:
     outcome_insert: str | None
     """An outcome for a key with no intent, when `outcome` does not insert one (its key)."""
     unresolved: str
+    done_keys: str
+    """The thread's done keys of a fingerprint, newest first (rows with ``key``)."""
     for_thread: str
     release: str
     purge: str
@@ -102,10 +104,10 @@ class LedgerDialect:
     purged: Callable[[Sequence[Any]], int]
     """How many rows a `purge` batch deleted, from the rows it returned."""
     intent_unresolved: str | None = None
-    """`intent` and, in the same round trip, the thread's other pending intents of the
-    same fingerprint: rows tagged ``lgr_kind`` (``new``: the intent written, its key;
-    ``sibling``: a pending one, whole). None: the claim and `unresolved` are two
-    statements."""
+    """`intent` and, in the same round trip, the thread's other records of the same
+    fingerprint: rows tagged ``lgr_kind`` (``new``: the intent written, its key;
+    ``sibling``: a pending one, whole; ``done``: a done one, its key and creation
+    time). None: the claim, `unresolved` and `done_keys` are three statements."""
     fences: Callable[[], str] | None = None
     """The thread leases the writer's context holds (JSON, the ``fences`` parameter of
     the intent, outcome and release statements), when the backend fences writes: the
@@ -475,7 +477,10 @@ class SqlIdempotencyStore:
                 if any(row["lgr_kind"] == "new" for row in rows):
                     found = [dialect.record_of(r) for r in rows if r["lgr_kind"] == "sibling"]
                     found.sort(key=lambda r: (r.created_at, r.key))
-                    return Claim("new", intent, unresolved=tuple(found))
+                    done = [r for r in rows if r["lgr_kind"] == "done"]
+                    done.sort(key=lambda r: (r["created_at"], r["key"]), reverse=True)
+                    keys = tuple(str(r["key"]) for r in done)
+                    return Claim("new", intent, unresolved=tuple(found), done=keys)
             else:
                 rows = yield self._run(dialect.intent, params)
                 if rows:
@@ -543,6 +548,11 @@ class SqlIdempotencyStore:
         params = {"thread_id": thread_id, "fingerprint": fingerprint}
         return (yield from self._records(self._dialect.unresolved, params))
 
+    def _done_keys(self, thread_id: str, fingerprint: str) -> Flow[list[str]]:
+        params = {"thread_id": thread_id, "fingerprint": fingerprint}
+        rows = yield self._run(self._dialect.done_keys, params)
+        return [str(row["key"]) for row in rows]
+
     def _for_thread(self, thread_id: str) -> Flow[list[IdempotencyRecord]]:
         return (yield from self._records(self._dialect.for_thread, {"thread_id": thread_id}))
 
@@ -608,6 +618,16 @@ class SqlIdempotencyStore:
             await self._await(key)
         flow = self._claim(key, tool, args_json, thread_id, fingerprint)
         return await adrive(flow, _NEVER_SLEEPS)
+
+    def done_keys(self, thread_id: str, fingerprint: str) -> list[str]:
+        """The thread's done keys with this fingerprint, newest first (one round trip)."""
+        self._wait(None, thread_id, fingerprint)
+        return drive(self._done_keys(thread_id, fingerprint), _NEVER_SLEEPS)
+
+    async def adone_keys(self, thread_id: str, fingerprint: str) -> list[str]:
+        """Async `done_keys`."""
+        await self._await(None, thread_id, fingerprint)
+        return await adrive(self._done_keys(thread_id, fingerprint), _NEVER_SLEEPS)
 
     async def aunresolved(self, thread_id: str, fingerprint: str) -> list[IdempotencyRecord]:
         """Async `unresolved`."""

@@ -60,6 +60,8 @@ _DDL = (
 _INDEXES = (
     "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
     "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_done_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'done'",
     "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
     "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
 )
@@ -121,6 +123,10 @@ DIALECT = LedgerDialect(
     unresolved=(
         f"SELECT {COLUMNS} FROM lgr_idempotency WHERE thread_id = :thread_id "
         "AND fingerprint = :fingerprint AND status = 'pending' ORDER BY created_at, key"
+    ),
+    done_keys=(
+        "SELECT key FROM lgr_idempotency WHERE thread_id = :thread_id "
+        "AND fingerprint = :fingerprint AND status = 'done' ORDER BY created_at DESC, key DESC"
     ),
     for_thread=(
         f"SELECT {COLUMNS} FROM lgr_idempotency WHERE thread_id = :thread_id "

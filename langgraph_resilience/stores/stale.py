@@ -3,11 +3,19 @@
 The rule is `langgraph_resilience.core.effects.stale_reason` (see "Stale intents"
 there): a pending intent whose thread no longer exists (deleted, rolled back by
 double-texting, lost with ``langgraph dev``'s unflushed files), or one older than
-the pending TTL, is recorded ``failed`` with an ``IntentAbandoned`` result. Run
-`settle_stale` from the job that runs `Persistence.purge`, e.g. daily::
+the pending TTL, is settled with an ``IntentAbandoned`` result whose outcome is
+*unknown* (the effect may well have happened): a replay of its call is answered
+"outcome unknown", never run again. Its row's status is ``failed`` (the table's
+statuses are pending, done and failed); everything that reads it names it unknown.
+
+Only threads the given client can see are judged: with a ledger several servers
+share (`ashared_postgres`), a thread one server cannot find may be another's, and its
+intent is left alone unless ``sees_all=True`` says this client sees every thread
+that writes the ledger. Run `settle_stale` from the job that runs
+`Persistence.purge`, e.g. daily::
 
     settled = settle_stale(p.idempotency, get_sync_client(url=...))   # a server's threads
-    settled = settle_stale(p.idempotency, p.checkpointer)              # or your checkpointer
+    settled = settle_stale(p.idempotency, p.checkpointer, sees_all=True)  # your only saver
 """
 
 from __future__ import annotations
@@ -96,7 +104,13 @@ def _exists(threads: Threads, thread_id: str) -> Flow[bool]:
 
 
 def _settling(
-    store: IdempotencyStore, threads: Threads, grace: float, ttl: float, limit: int | None
+    store: IdempotencyStore,
+    threads: Threads,
+    *,
+    grace: float,
+    ttl: float,
+    limit: int | None,
+    sees_all: bool,
 ) -> Flow[list[SettledIntent]]:
     pending: list[IdempotencyRecord] = yield Call(
         store.list_pending, store.alist_pending, (grace,), {"limit": limit}
@@ -107,6 +121,8 @@ def _settling(
         record, thread_id = _aged(found), found.thread_id or ""
         if thread_id not in known:
             known[thread_id] = yield from _exists(threads, thread_id)
+        if not known[thread_id] and not sees_all:
+            continue  # not this client's to judge: it may be another server's thread
         reason = stale_reason(record, thread_exists=known[thread_id], grace=grace, ttl=ttl)
         if reason is None:
             continue
@@ -128,11 +144,20 @@ def settle_stale(
     grace: float | dt.timedelta = STALE_GRACE,
     ttl: float | dt.timedelta = PENDING_TTL,
     limit: int | None = None,
+    sees_all: bool = False,
 ) -> list[SettledIntent]:
     """Settle the ledger's stale pending intents (the rule in the module docs); returns
     what it settled. An intent of a thread that exists and is younger than `ttl` is
-    left to its thread."""
-    flow = _settling(idempotency, threads, _seconds(grace), _seconds(ttl), limit)
+    left to its thread; one whose thread `threads` cannot find is left alone unless
+    `sees_all` (then its thread is gone)."""
+    flow = _settling(
+        idempotency,
+        threads,
+        grace=_seconds(grace),
+        ttl=_seconds(ttl),
+        limit=limit,
+        sees_all=sees_all,
+    )
     return drive(flow, _NEVER_SLEEPS)
 
 
@@ -143,7 +168,15 @@ async def asettle_stale(
     grace: float | dt.timedelta = STALE_GRACE,
     ttl: float | dt.timedelta = PENDING_TTL,
     limit: int | None = None,
+    sees_all: bool = False,
 ) -> list[SettledIntent]:
     """Async `settle_stale`."""
-    flow = _settling(idempotency, threads, _seconds(grace), _seconds(ttl), limit)
+    flow = _settling(
+        idempotency,
+        threads,
+        grace=_seconds(grace),
+        ttl=_seconds(ttl),
+        limit=limit,
+        sees_all=sees_all,
+    )
     return await adrive(flow, _NEVER_SLEEPS)

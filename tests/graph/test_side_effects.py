@@ -259,3 +259,33 @@ def test_a_reconciled_effect_is_compensated_too(runner: Runner) -> None:
     runner.invoke(h.app, Command(resume={"action": "abort"}), config)
 
     assert bank.refunds == [bank.payments[0][0]]
+
+
+def test_an_abandoned_intent_replays_as_unknown_never_as_failed(runner: Runner) -> None:
+    """The charge's answer is lost and a human is asked; meanwhile the intent is settled
+    as abandoned (`settle_stale`). The human's retry meets "outcome unknown" (and the
+    human is asked again): the charge is not run again, and it is not called failed."""
+    from langgraph_resilience import InMemoryIdempotencyStore, settle_stale  # noqa: PLC0415
+    from langgraph_resilience.stores.saga import InMemorySagaLog  # noqa: PLC0415
+
+    bank = Bank()
+    charge = FaultyTool(make_charge(bank), [Fault.timeout(after_effect=True)])
+    ledger = InMemoryIdempotencyStore()
+    h = build_graph(
+        [charge],
+        [tool_calls(("charge", {"amount": 9})), text("x")],
+        escalate=True,
+        profiles={"charge": ToolProfile(side_effect=True)},
+        options={"idempotency": ledger, "saga": InMemorySagaLog()},
+    )
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "pay")]}, config)
+    [settled] = settle_stale(ledger, lambda thread: False, grace=0, sees_all=True)
+    assert settled.reason == "thread_gone"
+
+    out = runner.invoke(h.app, Command(resume={"action": "retry"}), config)
+
+    assert len(bank.payments) == 1
+    [asked] = out["__interrupt__"]
+    assert asked.value["envelope"]["failure_class"] == "unknown"
+    assert "abandoned" in asked.value["envelope"]["context"]["reason"]

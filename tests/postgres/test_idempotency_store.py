@@ -162,6 +162,24 @@ def test_the_records_a_claim_and_an_outcome_return_match_a_read(
     assert recorded.result == stored.result
 
 
+def test_a_claim_returns_the_done_records_of_its_effect_newest_first(
+    pool: ConnectionPool[Any],
+) -> None:
+    """In the claim's one round trip: the keys of the thread's done records of the same
+    fingerprint (what a rewound thread is checked against); `done_keys` reads the
+    same."""
+    store = PostgresIdempotencyStore(pool)
+    for key in ("d1", "d2", "p"):
+        store.claim(key, tool="pay", args_json="{}", thread_id="t", fingerprint="f")
+    store.record_outcome("d1", "ok")
+    store.record_outcome("d2", "ok")
+    claim = store.claim("new", tool="pay", args_json="{}", thread_id="t", fingerprint="f")
+    assert set(claim.done or ()) == {"d1", "d2"}
+    assert [r.key for r in claim.unresolved or ()] == ["p"]
+    assert set(store.done_keys("t", "f")) == {"d1", "d2"}
+    assert store.done_keys("t", "other") == []
+
+
 def test_failed_outcome_release_and_thread_listing(pool: ConnectionPool[Any]) -> None:
     """A failed outcome replays as failed until released; a done one is never released."""
     store = PostgresIdempotencyStore(pool)
@@ -585,7 +603,13 @@ def test_interrupted_thread_is_resumed_from_another_process(pg_dsn: str, mode: s
     assert started["next"] == ["ask"]
     assert started["interrupts"] == [{"question": "charge this order?", "order": "o-17"}]
     assert resumed["status"]["state"] == "done"
-    assert resumed["status"]["effects"] == {"pending": 0, "done": 1, "failed": 0, "compensated": 0}
+    assert resumed["status"]["effects"] == {
+        "pending": 0,
+        "done": 1,
+        "failed": 0,
+        "unknown": 0,
+        "compensated": 0,
+    }
     assert resumed["values"]["decision"] == "yes"
     with psycopg.connect(pg_dsn) as conn:
         rows = conn.execute("SELECT order_id FROM payments").fetchall()

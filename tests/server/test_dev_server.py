@@ -127,7 +127,7 @@ def test_a_crash_mid_effect_never_repeats_it_and_leaves_no_intent_forever(
         sqlite_connect(str(dev_server.cwd / ".langgraph_api" / LEDGER_FILE))
     )
     try:
-        settled = settle_stale(store, client, grace=0, ttl=0 if survived else 86_400)
+        settled = settle_stale(store, client, grace=0, ttl=0 if survived else 86_400, sees_all=True)
         assert [s.reason for s in settled] == ["expired" if survived else "thread_gone"]
         assert store.list_pending() == []
     finally:

@@ -280,6 +280,25 @@ def test_unresolved_lists_the_thread_s_pending_intents_of_one_effect(
     assert ledger.unresolved("t", "F") == []
 
 
+def test_done_keys_list_the_thread_s_done_records_of_one_effect(ledger: IdempotencyStore) -> None:
+    """Done only (never pending, failed or released), of this thread and fingerprint, and
+    purged ones are gone: what a rewound thread is checked against."""
+
+    def claim(key: str, thread: str = "t", fp: str = "F") -> None:
+        ledger.claim(key, tool="pay", args_json="{}", thread_id=thread, fingerprint=fp)
+
+    for key in ("k1", "k2", "k3", "k4"):
+        claim(key)
+    claim("other-thread", thread="u")
+    claim("other-effect", fp="G")
+    for key in ("k1", "k2", "other-thread", "other-effect"):
+        ledger.record_outcome(key, "ok")
+    ledger.record_outcome("k3", {"error": "x"}, status="failed")
+    assert sorted(ledger.done_keys("t", "F")) == ["k1", "k2"]
+    assert ledger.done_keys("u", "F") == ["other-thread"]
+    assert ledger.done_keys("t", "nothing") == []
+
+
 def test_first_outcome_wins(ledger: IdempotencyStore) -> None:
     """A recorded outcome is never overwritten; the caller learns the stored one."""
     ledger.claim("k", tool="pay", args_json="{}", thread_id="t")
@@ -327,7 +346,13 @@ def test_records_by_thread_and_redacted_args(ledger: IdempotencyStore) -> None:
     assert sorted(r.key for r in records) == ["a", "b"]
     by_key = {r.key: r for r in records}
     assert by_key["a"].args == {"user": "u", "password": "[REDACTED]"}
-    assert summarize_records(records) == {"pending": 1, "done": 1, "failed": 0, "compensated": 0}
+    assert summarize_records(records) == {
+        "pending": 1,
+        "done": 1,
+        "failed": 0,
+        "unknown": 0,
+        "compensated": 0,
+    }
 
 
 def test_outcomes_must_be_json(ledger: IdempotencyStore) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pathlib
+import time
 import uuid
 from typing import Any
 
@@ -27,7 +28,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
-from langgraph.graph import MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_resilience import (
@@ -63,7 +64,13 @@ def _reissued_or_reported(messages: list[Any]) -> AIMessage:
     return text("nothing to do")
 
 
+MODEL_LATENCY = float(os.environ.get("LGR_MODEL_LATENCY") or 0)
+"""Seconds each model call takes (a real model's latency), when a test sets it."""
+
+
 def policy(messages: list[Any]) -> AIMessage:
+    if MODEL_LATENCY:
+        time.sleep(MODEL_LATENCY)  # the server's model thinking, not a test's clock
     last = messages[-1]
     if isinstance(last, HumanMessage):
         words = last.text.split()
@@ -157,6 +164,7 @@ def _ours(**stores: Any) -> Any:
 ours = _ours()
 
 _plain = _builder()
+_plain.add_edge(START, "agent")
 _plain.add_node("tools", ToolNode([refund, goodwill]))
 _plain.add_conditional_edges("agent", tools_condition)
 _plain.add_edge("tools", "agent")
