@@ -143,7 +143,7 @@ def test_two_runners_on_one_thread_one_gets_thread_busy(
 
     running = tmp_path / "running"
     common = ["--dsn", pg_dsn, "--thread", thread, "--marker", str(running)]
-    a = spawn(WORKER, "resume", *common, "--slow")
+    a = spawn(WORKER, "resume", *common, "--slow", "20")  # b may take 10 s to start
     wait_for_marker(running, a)
     b = finish(spawn(WORKER, "resume", *common))
 
