@@ -44,7 +44,7 @@ from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.graph import MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from overhead import bootstrap_ratio, probe_postgres
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -96,6 +96,7 @@ def build(saver: Any, *, turns: int, plain: bool, ledger: tuple[Any, Any] | None
     )
     if plain:
         builder.add_node("tools", ToolNode([refund]))
+        builder.add_edge(START, "agent")
         builder.add_conditional_edges("agent", tools_condition)
         builder.add_edge("tools", "agent")
     else:

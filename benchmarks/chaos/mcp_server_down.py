@@ -40,7 +40,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_resilience import (
@@ -189,6 +189,7 @@ def _graph(model: ScriptedChatModel, tools: Sequence[BaseTool], ours: bool, cloc
         )
     else:
         builder.add_node("tools", ToolNode(list(tools), handle_tool_errors=True))
+        builder.add_edge(START, "agent")
         builder.add_conditional_edges("agent", tools_condition)
         builder.add_edge("tools", "agent")
     return builder.compile(checkpointer=InMemorySaver())
