@@ -107,7 +107,7 @@ WITH taken AS (
             now() + make_interval(secs => %(ttl)s))
     ON CONFLICT (thread_id) DO UPDATE
     SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-    WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder
+    WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder OR l.holder = %(dead)s
     RETURNING token
 )
 SELECT token, current_database() AS db, NULL::text AS holder, NULL::float8 AS expires_in
@@ -117,9 +117,10 @@ SELECT NULL, NULL, holder, EXTRACT(EPOCH FROM expires_at - now())::float8
 FROM lgr_thread_leases
 WHERE thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 FROM taken)
 """
-"""Take the thread's lease when it is free, expired, or ours already (a retry whose
-answer was lost): one row with the new ``token``. Else one row naming the ``holder``
-and the seconds until its lease lapses unless renewed (``expires_in``)."""
+"""Take the thread's lease when it is free, expired, ours already (a retry whose
+answer was lost) or held by ``dead``, a holder known to have died: one row with the
+new ``token``. Else one row naming the ``holder`` and the seconds until its lease
+lapses unless renewed (``expires_in``)."""
 
 RENEW = """
 UPDATE lgr_thread_leases SET expires_at = now() + make_interval(secs => %(ttl)s)

@@ -242,7 +242,7 @@ def acquire(
     (`ThreadBusyError`). A database without the lease table gets it created first."""
     bound = wait_seconds(wait)
     holder = f"{holder_prefix()}:{uuid.uuid4().hex[:12]}"
-    params = {"thread_id": thread_id, "holder": holder, "ttl": ttl}
+    params = {"thread_id": thread_id, "holder": holder, "ttl": ttl, "dead": None}
     started: float = yield Call(clock.monotonic)
     attempt, failures, created = 0, 0, False
     while True:
@@ -268,6 +268,9 @@ def acquire(
         row = rows[0] if rows else None
         if row is not None and row["token"] is not None:
             return Lease(thread_id, int(row["token"]), str(row["db"]), holder, ttl, runner, where)
+        if row is not None and row["holder"] != params["dead"] and _died_here(row["holder"]):
+            params["dead"] = row["holder"]  # take it over now, not when it lapses
+            continue
         now: float = yield Call(clock.monotonic)
         left = None if bound is None else bound - (now - started)
         if left is not None and left <= 0:
@@ -275,6 +278,27 @@ def acquire(
         attempt += 1
         expires_in = None if row is None or row["expires_in"] is None else row["expires_in"]
         yield Sleep(poll_delay(attempt, expires_in=expires_in, left=left))
+
+
+def _died_here(holder: str | None) -> bool:
+    """Whether `holder` was a process of this host that no longer runs (a crashed run:
+    its lease need not lapse first). Safe if wrong: the takeover's greater token fences
+    whatever a holder still alive would write."""
+    host, _, rest = (holder or "").partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # someone else's process: alive
+        return False
+    try:  # a killed child its parent has not reaped yet is a zombie: dead too
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _forget(runner: LeaseRunner, thread_id: str, holder: str) -> Flow[None]:

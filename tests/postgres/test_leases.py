@@ -5,6 +5,8 @@ the database, renewal, release, waiting on the injected clock, bounded start-ups
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -101,6 +103,35 @@ def test_an_expired_lease_is_taken_over_with_a_higher_token(pg_route: str, pg_ds
             stale.check()
         assert stale.renew() is False
         fresh.check()
+
+
+def test_a_lease_whose_process_died_is_taken_over_at_once(pg_route: str) -> None:
+    """A run killed on this host (SIGKILL: no release) leaves a lease 30 s from lapsing;
+    the next runner on the host sees its process is gone and takes over at once with a
+    greater token, while a live holder on the host is still waited for."""
+    script = (
+        "import sys; from langgraph_resilience.core.clock import SystemClock; "
+        "from langgraph_resilience.core.flow import drive; "
+        "from langgraph_resilience.stores.leases import acquire; "
+        "from langgraph_resilience.stores.locks import lease_runner; "
+        "c = SystemClock(); "
+        "l = drive(acquire(lease_runner(sys.argv[1]), 'td', ttl=30.0, wait=False, clock=c), c); "
+        "print(l.token, flush=True); sys.stdin.read()"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script, pg_route],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        assert child.stdout is not None
+        dead_token = int(child.stdout.readline())
+        with pytest.raises(ThreadBusyError, match="lapses in"):
+            take(pg_route, "td")  # alive: refused
+        child.kill()
+    fresh = take(pg_route, "td")
+    assert fresh.token > dead_token
+    fresh.release()
 
 
 def test_release_by_a_stale_token_does_nothing(pg_route: str, pg_dsn: str) -> None:
