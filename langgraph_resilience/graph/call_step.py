@@ -21,6 +21,7 @@ from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run, holding_if
 from langgraph_resilience.graph.step_retry import retried_in_step
 from langgraph_resilience.graph.step_scope import in_step
 from langgraph_resilience.graph.tool_batch import Batch, plan_batch
@@ -38,14 +39,16 @@ def call_step(
     """One tool call as a whole tools step (how `create_agent` runs each call, as its own
     task): the same planning, interception and settling as the node, for this call
     only. The update carries the call's answer, or none while it waits for a recovery."""
-    return drive(_step(node, request, execute), node.clock)
+    with RUN_LEASES.ended_by_failure(request.runtime.config):
+        return drive(_step(node, request, execute), node.clock)
 
 
 async def acall_step(
     node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Awaitable[Any]]
 ) -> Command[Any]:
     """Async `call_step`."""
-    return await adrive(_step(node, request, execute), node.clock)
+    with RUN_LEASES.ended_by_failure(request.runtime.config):
+        return await adrive(_step(node, request, execute), node.clock)
 
 
 def _step(
@@ -71,8 +74,13 @@ def _once(
     if batch.runnable:
         routed = _routed(node, request, batch)
         ledgers = node.ledgers
-        ledger = yield Call(ledgers.resolve, ledgers.aresolve, (request.runtime.config,))
-        with in_step(batch, ledger):
+        config = request.runtime.config
+        ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
+        fence = None
+        if ledger is not None:  # side effects: this run's lease of its thread
+            leases, run = RUN_LEASES, current_run()
+            fence = yield Call(leases.take, leases.atake, (ledger, run, config))
+        with in_step(batch, ledger), holding_if(fence):
             answer = yield Call(
                 functools.partial(node.wrap_tool_call, routed, _raising(execute)),
                 functools.partial(node.awrap_tool_call, routed, _araising(execute)),

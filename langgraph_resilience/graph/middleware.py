@@ -78,6 +78,7 @@ from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.graph.pending import AnswerPendingNode, route_entry
 from langgraph_resilience.graph.retry import RetryNode
 from langgraph_resilience.graph.router import next_step
+from langgraph_resilience.graph.run_lease import RUN_LEASES
 from langgraph_resilience.graph.state import ResilienceLedger, merge_ledger, read_ledger
 from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience.graph.wiring import check_profiles, recovery_nodes
@@ -198,20 +199,26 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
     ) -> dict[str, Any] | None:
         """Recover the turn's waiting calls before the model is asked again; on new
         input, answer the calls a stopped run left."""
-        return drive(self._recover(state, get_config()), self.engine.clock)
+        config = get_config()
+        with RUN_LEASES.ended_by_failure(config):  # a pause for a human ends the run too
+            return drive(self._recover(state, config), self.engine.clock)
 
     @hook_config(can_jump_to=["tools", "end"])
     async def abefore_model(
         self, state: ResilienceAgentState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """Async `before_model` (the nodes' async bodies)."""
-        return await adrive(self._recover(state, get_config()), self.engine.clock)
+        config = get_config()
+        with RUN_LEASES.ended_by_failure(config):
+            return await adrive(self._recover(state, config), self.engine.clock)
 
     def _recover(self, state: ResilienceAgentState, config: Any) -> Flow[dict[str, Any] | None]:
         """The hook as one `core.flow` flow: each recovery node the router picks runs
         (``run`` or ``arun``) on the state as the previous one left it, until the model
         may go on or the tools must run again."""
-        if _new_input(state):
+        if _new_input(state):  # a new run: its lease of the thread first (side effects)
+            engine = self.engine
+            yield Call(engine.enter_run, engine.aenter_run, (config,))
             if route_entry(state) == "go":
                 return None  # the last turn ended in a final answer: nothing to settle
             pending = self._pending

@@ -18,11 +18,15 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
+from langgraph_resilience.graph.run_lease import RUN_LEASES
+
 __all__ = ["ResilienceNode"]
 
 
 class ResilienceNode(Runnable[Any, Any]):
-    """A graph node: `run` and `arun` take the state and the run's config."""
+    """A graph node: `run` and `arun` take the state and the run's config. Whatever a
+    node raises (an error, a cancel, a pause for a human) ends its run, so the run's
+    lease of its thread is given back (`graph.run_lease`)."""
 
     @abc.abstractmethod
     def run(self, state: Any, config: RunnableConfig) -> Any:
@@ -33,7 +37,11 @@ class ResilienceNode(Runnable[Any, Any]):
         """The async body."""
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self.run(input, ensure_config(config))
+        config = ensure_config(config)
+        with RUN_LEASES.ended_by_failure(config):
+            return self.run(input, config)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await self.arun(input, ensure_config(config))
+        config = ensure_config(config)
+        with RUN_LEASES.ended_by_failure(config):
+            return await self.arun(input, config)

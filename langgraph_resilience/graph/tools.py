@@ -89,6 +89,7 @@ from langgraph_resilience.graph.mcp import (
     skipped_message,
 )
 from langgraph_resilience.graph.node import ResilienceNode
+from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run, holding_if
 from langgraph_resilience.graph.step_retry import retried_in_step
 from langgraph_resilience.graph.step_scope import STEP, StepScope, in_step, keep
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
@@ -180,6 +181,7 @@ class GuardedToolNode(ResilienceNode):
         """The ledger passed to add_resilience, if any (else: see `effect_ledger`)."""
         self.saga = saga
         effects = any(p.side_effect for p in self.profiles.values())
+        self.has_side_effects = effects
         self._ledgers = LedgerResolver(idempotency=idempotency, saga=saga, needed=effects)
         self._tool_node = ToolNode(
             list(tools),
@@ -527,11 +529,37 @@ class GuardedToolNode(ResilienceNode):
         if batch.runnable:
             ledgers = self._ledgers
             ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
-            with in_step(batch, ledger, kept):
+            fence = None
+            if ledger is not None:  # side effects: this run's lease of its thread
+                leases, run = RUN_LEASES, current_run()
+                fence = yield Call(leases.take, leases.atake, (ledger, run, config))
+            with in_step(batch, ledger, kept), holding_if(fence):
                 output = yield from self._execute(state, config, batch, kept)
         update, reports = finish_step(self.settings, state, batch, output)
         yield from self.guards.reports(reports)
         return update
+
+    def enter_run(self, config: RunnableConfig) -> None:
+        """At the graph's entry: take the run's lease of its thread when a tool has side
+        effects (`graph.run_lease`), so a second run on a running thread is refused
+        before its model is asked."""
+        ledger = self._ledgers.resolve(config)
+        if ledger is not None:
+            RUN_LEASES.take(ledger, current_run(), config)
+
+    async def aenter_run(self, config: RunnableConfig) -> None:
+        """Async `enter_run`."""
+        ledger = await self._ledgers.aresolve(config)
+        if ledger is not None:
+            await RUN_LEASES.atake(ledger, current_run(), config)
+
+    def leave_run(self, config: RunnableConfig) -> None:
+        """The run ends: give back its lease of the thread, if it took one."""
+        RUN_LEASES.release(current_run(), config)
+
+    async def aleave_run(self, config: RunnableConfig) -> None:
+        """Async `leave_run`."""
+        await RUN_LEASES.arelease(current_run(), config)
 
     def _execute(
         self, state: Any, config: RunnableConfig, batch: Batch, kept: dict[str, Any]

@@ -16,12 +16,14 @@ turn's path, runs it itself (`SelfRouted`) instead of a conditional edge after i
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import set_config_context
 from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph import END, START, StateGraph
@@ -121,11 +123,16 @@ def _check_names(
 
 
 def _add_entry(
-    builder: StateGraph[Any, Any, Any, Any], pending: str, entry: str, messages_key: str
+    builder: StateGraph[Any, Any, Any, Any],
+    pending: str,
+    entry: str,
+    messages_key: str,
+    tools: GuardedToolNode,
 ) -> None:
     """START -> `entry`, through `pending` (the pending-calls node) only when a stopped run
-    left calls unanswered (`route_entry`): a clean turn pays no extra step."""
-    router = _Router(route_entry, messages_key)
+    left calls unanswered (`route_entry`): a clean turn pays no extra step. A graph with
+    side effects takes the run's lease of its thread there, first."""
+    router = _Router(route_entry, messages_key, leases=tools, entry=True)
     builder.add_conditional_edges(START, router, {"pending": pending, "go": entry})
     builder.add_edge(pending, entry)
 
@@ -264,8 +271,16 @@ def add_resilience(
             )
         else:
             builder.add_node(names[role], node)
-    _add_entry(builder, names["pending"], entry or agent, messages_key)
-    _add_edges(builder, agent, names=names, roles=roles, onward=onward, messages_key=messages_key)
+    _add_entry(builder, names["pending"], entry or agent, messages_key, tool_node)
+    _add_edges(
+        builder,
+        agent,
+        names=names,
+        roles=roles,
+        onward=onward,
+        messages_key=messages_key,
+        tools=tool_node,
+    )
     return builder
 
 
@@ -332,13 +347,14 @@ def _add_edges(
     roles: Sequence[str],
     onward: dict[Hashable, str],
     messages_key: str,
+    tools: GuardedToolNode,
 ) -> None:
     """The agent's edge to the tools, and every recovery node's router (the tools node
-    routes itself: `SelfRouted`)."""
+    routes itself: `SelfRouted`). A run that ends there gives its thread's lease back."""
     router = _traced(announced_next_step, messages_key)
     builder.add_conditional_edges(
         agent,
-        _Router(route_after_agent, messages_key),
+        _Router(route_after_agent, messages_key, leases=tools),
         {"tools": names["tools"], "__end__": END},
     )
     for role in roles:
@@ -362,19 +378,50 @@ class _Router(Runnable[Any, Any]):
     not a traced run of its own. A function given to ``add_conditional_edges`` becomes a
     traced run (callbacks start and end it) on every turn; three such runs were over a
     third of a clean turn's overhead over plain ``ToolNode``. These routers emit no
-    events; those after the recovery nodes, off the clean path, do (`_traced`)."""
+    events; those after the recovery nodes, off the clean path, do (`_traced`).
 
-    def __init__(self, route: Callable[..., Any], messages_key: str) -> None:
+    With `leases` (a graph with side effects), the entry router takes the run's lease of
+    its thread (`graph.run_lease`) and the router after the agent gives it back when the
+    run ends there; in the run's context, as a node has it."""
+
+    def __init__(
+        self,
+        route: Callable[..., Any],
+        messages_key: str,
+        *,
+        leases: GuardedToolNode | None = None,
+        entry: bool = False,
+    ) -> None:
         self.route, self.messages_key = route, messages_key
+        self.leases = leases if leases is not None and leases.has_side_effects else None
+        self.entry = entry
         self.name = route.__name__
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        # LangGraph runs a branch inside its node's task, so a route event finds the
-        # run's stream writer in the context the task set
-        return self.route(input, messages_key=self.messages_key)
+        leases = self.leases
+        if leases is None or config is None:
+            return self.route(input, messages_key=self.messages_key)
+        if self.entry:
+            with set_config_context(config) as context:
+                context.run(leases.enter_run, config)
+        route = self.route(input, messages_key=self.messages_key)
+        if route == END:
+            with set_config_context(config) as context:
+                context.run(leases.leave_run, config)
+        return route
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return self.invoke(input, config)
+        leases = self.leases
+        if leases is None or config is None:
+            return self.route(input, messages_key=self.messages_key)
+        if self.entry:
+            with set_config_context(config) as context:
+                await asyncio.create_task(leases.aenter_run(config), context=context)
+        route = self.route(input, messages_key=self.messages_key)
+        if route == END:
+            with set_config_context(config) as context:
+                await asyncio.create_task(leases.aleave_run(config), context=context)
+        return route
 
 
 def _traced(route: Callable[..., Any], messages_key: str) -> Callable[[Any], Any]:

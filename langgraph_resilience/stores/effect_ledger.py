@@ -45,6 +45,7 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.stores.leases import LeaseRunner
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.postgres import (
     AsyncPostgresIdempotencyStore,
@@ -77,6 +78,13 @@ class EffectLedger:
 
     idempotency: IdempotencyStore
     saga: SagaLog
+
+    @property
+    def lease_runner(self) -> LeaseRunner | None:
+        """Where a run's thread lease lives beside this ledger: a Postgres ledger's own
+        connection or pool; None: this process (`graph.run_lease`)."""
+        runner: LeaseRunner | None = getattr(self.idempotency, "lease_runner", None)
+        return runner
 
 
 _ATTACHED: weakref.WeakKeyDictionary[Any, EffectLedger] = weakref.WeakKeyDictionary()

@@ -780,6 +780,11 @@ class _PostgresLedger(SqlIdempotencyStore):
         """The event loop of an async pool or connection (None for a sync one)."""
         return self._pg.loop
 
+    @property
+    def lease_runner(self) -> Postgres:
+        """Where thread leases beside this ledger are taken: its own pool or connection."""
+        return self._pg
+
 
 class PostgresIdempotencyStore(_PostgresLedger):
     """The ledger in PostgreSQL table ``lgr_idempotency``, over a psycopg pool or connection.

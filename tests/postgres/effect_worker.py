@@ -45,6 +45,7 @@ from langgraph_resilience import (
     ResilienceState,
     SystemClock,
     ThreadBusyError,
+    ThreadLockLostError,
     ToolProfile,
     add_resilience,
     aopen_postgres,
@@ -112,6 +113,7 @@ def build(
     kill_at: str,
     marker: pathlib.Path,
     slow: float,
+    hold_until: pathlib.Path | None = None,
     wiring: str = "explicit",
     checkpointer: Any = None,
     timeout: float | None = None,
@@ -131,6 +133,11 @@ def build(
         if slow:
             marker.write_text("running")
             time.sleep(slow)  # in flight while a second runner tries (a real wait)
+        if hold_until is not None:
+            marker.write_text("running")
+            deadline = time.monotonic() + 120
+            while not hold_until.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)  # in flight until the test says (polling a file)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO payments (key, amount) VALUES (%s, %s)",
@@ -186,23 +193,27 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=None)
     parser.add_argument("--wiring", choices=["explicit", "default", "saver"], default="explicit")
     parser.add_argument("--late-save", type=float, default=0.0)
+    parser.add_argument("--hold-until", default=None, help="in flight until this file exists")
     args = parser.parse_args()
     if args.late_save and args.phase == "start":
         save_late(args.late_save)
     kill_at = args.kill_at if args.phase == "start" else "none"
     marker = pathlib.Path(args.marker)
+    hold_until = pathlib.Path(args.hold_until) if args.hold_until else None
     config = {"configurable": {"thread_id": args.thread}}
     inp = {"messages": [("user", "pay 30")]}
     try:
         if args.mode == "sync":
             with open_postgres(args.dsn) as p:
-                saver = PostgresSaver(ConnectionPool(args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS))
+                pool = ConnectionPool(args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS)
+                saver = PostgresSaver(pool)
                 app = build(
                     args.dsn,
                     p,
                     kill_at=kill_at,
                     marker=marker,
                     slow=args.slow,
+                    hold_until=hold_until,
                     wiring=args.wiring,
                     checkpointer=saver if args.wiring == "saver" else None,
                     timeout=args.timeout,
@@ -215,17 +226,19 @@ def main() -> None:
         else:
 
             async def run() -> dict[str, Any]:
-                async with aopen_postgres(args.dsn) as p:
-                    pool = AsyncConnectionPool(
+                async with (
+                    aopen_postgres(args.dsn) as p,
+                    AsyncConnectionPool(
                         args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS, open=False
-                    )
-                    await pool.open()
+                    ) as pool,
+                ):
                     app = build(
                         args.dsn,
                         p,
                         kill_at=kill_at,
                         marker=marker,
                         slow=args.slow,
+                        hold_until=hold_until,
                         wiring=args.wiring,
                         checkpointer=AsyncPostgresSaver(pool) if args.wiring == "saver" else None,
                         timeout=args.timeout,
@@ -237,6 +250,8 @@ def main() -> None:
                     return summary(await app.aget_state(config))
 
             result = asyncio.run(run())
+    except ThreadLockLostError:  # another runner took the thread over meanwhile
+        result = {"lost": True}
     except ThreadBusyError:
         result = {"busy": True}
     json.dump(result, sys.stdout)

@@ -1,0 +1,320 @@
+"""One run at a time on a thread with side effects, on the plain ``invoke`` path.
+
+LangGraph runs whatever it is asked to: two runs on one thread at once (a double
+submit, two workers given the same ``thread_id``) fork it, the last writer wins, and
+an effect one of them made can go missing from the final thread. So a graph with side
+effects takes its thread's lease for each run, at its entry, before the model is first
+asked; a second run on a thread whose run is still going is refused with
+`ThreadBusyError` before it does anything (its input checkpoint is left behind, older
+than the first run's next one, so the thread's latest state stays the first run's).
+Where the lease lives follows the ledger: a row with a fencing token beside a Postgres
+ledger (`stores.leases`: every ledger write of the run carries the token), this
+process otherwise (in-memory and SQLite ledgers; across processes on SQLite, hold
+`thread_lock` yourself).
+
+A run is told from another by its runtime's stream writer (``Runtime.stream_writer``):
+LangGraph makes one per run and hands it to every task of that run. The lease is given
+back when the run routes from the agent to its end, or raises out of one of our steps
+(a cancel, an interrupt, an error); when it ends another way (a pause for a human, an
+exception in the user's node) when its writer is collected; at the latest it lapses
+`DEFAULT_LEASE_TTL` after the run's last step of ours renewed it. A lease that lapsed
+during a long model call is taken again at the next step, unless another run took the
+thread meanwhile: then this run stops (`ThreadLockLostError`).
+
+Not taken under LangGraph Server (it runs one run per thread itself:
+``runtime.server_info``), nor when the caller holds the thread's lock already
+(`thread_lock`, `resume(lock=...)`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
+from langgraph.runtime import get_runtime
+
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.flow import adrive, drive
+from langgraph_resilience.core.lease import DEFAULT_LEASE_TTL, renew_interval
+from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
+from langgraph_resilience.stores.effect_ledger import EffectLedger
+from langgraph_resilience.stores.held import Fence, current_fence, holding
+from langgraph_resilience.stores.leases import Lease, LeaseRunner, acquire
+
+__all__ = ["RUN_LEASES", "RunLeases", "current_run", "holding_if"]
+
+_REAL = SystemClock()
+
+
+def current_run() -> Any:
+    """The run the running task belongs to: its runtime's stream writer (one per run),
+    or None outside a run or on LangGraph Server (which runs one run per thread)."""
+    try:
+        runtime, config = get_runtime(), get_config()
+    except RuntimeError:  # outside a graph run
+        return None
+    on_server = (config.get("configurable") or {}).get("assistant_id") is not None
+    if runtime is None or on_server or getattr(runtime, "server_info", None) is not None:
+        return None
+    return getattr(runtime, "stream_writer", None)
+
+
+@dataclasses.dataclass(eq=False)
+class _Local:
+    """A lease this process keeps (in-memory and SQLite ledgers)."""
+
+    thread_id: str
+    token: int
+    db: str = "local"
+    owner: _LocalLeases | None = None
+    touched: float = dataclasses.field(default_factory=time.monotonic)
+
+    def check(self) -> None:
+        """`ThreadLockLostError` once another run of this process holds the thread."""
+        if self.owner is None or self.owner.holder(self.thread_id) is not self:
+            raise ThreadLockLostError(self.thread_id, "this process")
+
+    async def acheck(self) -> None:
+        """Async `check`."""
+        self.check()
+
+    def renew(self) -> bool:
+        """Extend it; False once another run took the thread over."""
+        if self.owner is None or self.owner.holder(self.thread_id) is not self:
+            return False
+        self.touched = time.monotonic()
+        return True
+
+    def release(self) -> None:
+        if self.owner is not None:
+            self.owner.give_back(self)
+
+
+class _LocalLeases:
+    """The threads runs of this process hold on an in-process ledger."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, _Local] = {}
+        self._guard = threading.Lock()
+        self._tokens = itertools.count(1)
+
+    def holder(self, thread_id: str) -> _Local | None:
+        with self._guard:
+            return self._held.get(thread_id)
+
+    def take(self, thread_id: str) -> _Local:
+        with self._guard:
+            held = self._held.get(thread_id)
+            if held is not None and time.monotonic() - held.touched < DEFAULT_LEASE_TTL:
+                left = DEFAULT_LEASE_TTL - (time.monotonic() - held.touched)
+                where = f"another run in this process; lapses in {left:.1f}s unless renewed"
+                raise ThreadBusyError(thread_id, where)
+            lease = _Local(thread_id, next(self._tokens), owner=self)
+            self._held[thread_id] = lease
+            return lease
+
+    def give_back(self, lease: _Local) -> None:
+        with self._guard:
+            if self._held.get(lease.thread_id) is lease:
+                del self._held[lease.thread_id]
+
+
+_LOCAL = _LocalLeases()
+
+
+@dataclasses.dataclass(eq=False)
+class _Held:
+    """A run's lease of one thread and when it was last renewed."""
+
+    lease: Lease | _Local
+    renewed: float
+
+
+class RunLeases:
+    """The thread leases the runs of one graph hold, each as long as its run lives."""
+
+    def __init__(self) -> None:
+        self._runs: weakref.WeakKeyDictionary[Any, dict[str, _Held]] = weakref.WeakKeyDictionary()
+        self._guard = threading.Lock()
+
+    def _mine(self, run: Any, key: str) -> _Held | None:
+        with self._guard:
+            return (self._runs.get(run) or {}).get(key)
+
+    def _keep(self, run: Any, key: str, lease: Lease | _Local) -> _Held:
+        held = _Held(lease, time.monotonic())
+        with self._guard:
+            known = self._runs.get(run)
+            if known is None:
+                known = self._runs[run] = {}
+                weakref.finalize(run, _release_all, known)
+            known[key] = held
+        return held
+
+    def take(self, ledger: EffectLedger, run: Any, config: RunnableConfig) -> Fence | None:
+        """The run's lease of its thread: taken now (`ThreadBusyError` when another run
+        holds it), renewed, or taken again after it lapsed unclaimed."""
+        key = _key(config)
+        if key is None or run is None or current_fence(key) is not None:
+            return None
+        held = self._mine(run, key)
+        runner = ledger.lease_runner
+        if held is None:
+            lease = _collected_first(lambda: _take(runner, key))
+            return self._keep(run, key, lease).lease
+        if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
+            if not held.lease.renew():
+                return self._retaken(run, key, held, runner)
+            held.renewed = time.monotonic()
+        return held.lease
+
+    async def atake(self, ledger: EffectLedger, run: Any, config: RunnableConfig) -> Fence | None:
+        """Async `take`."""
+        key = _key(config)
+        if key is None or run is None or current_fence(key) is not None:
+            return None
+        held = self._mine(run, key)
+        runner = ledger.lease_runner
+        if held is None:
+            try:
+                lease = await _atake(runner, key)
+            except ThreadBusyError:
+                gc.collect()  # see _collected_first
+                lease = await _atake(runner, key)
+            return self._keep(run, key, lease).lease
+        if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
+            lease = held.lease
+            renewed = await lease.arenew() if isinstance(lease, Lease) else lease.renew()
+            if not renewed:
+                return self._retaken(run, key, held, runner)
+            held.renewed = time.monotonic()
+        return held.lease
+
+    def _retaken(self, run: Any, key: str, held: _Held, runner: LeaseRunner | None) -> Fence:
+        """A lease that lapsed: taken again if nobody took the thread meanwhile."""
+        try:
+            lease = _take(runner, key)
+        except ThreadBusyError as exc:
+            raise ThreadLockLostError(key, "another run took the thread") from exc
+        return self._keep(run, key, lease).lease
+
+    def _popped(self, run: Any, config: RunnableConfig) -> Lease | _Local | None:
+        key = _key(config)
+        if run is None or key is None:
+            return None
+        with self._guard:
+            held = (self._runs.get(run) or {}).pop(key, None)
+        return None if held is None else held.lease
+
+    def release(self, run: Any, config: RunnableConfig) -> None:
+        """The run ends: give its lease of the thread back."""
+        lease = self._popped(run, config)
+        if lease is not None:
+            _give_back(lease)
+
+    async def arelease(self, run: Any, config: RunnableConfig) -> None:
+        """Async `release`."""
+        lease = self._popped(run, config)
+        if isinstance(lease, Lease):
+            with contextlib.suppress(Exception):  # it lapses by itself
+                await lease.arelease()
+        elif lease is not None:
+            lease.release()
+
+    @contextlib.contextmanager
+    def ended_by_failure(self, config: RunnableConfig) -> Iterator[None]:
+        """A step of the run: anything it raises (a cancel, an interrupt, an error) ends
+        the run, so its lease of the thread is given back. An attempt it abandoned may
+        still land: its outcome goes to the ledger, never to the thread."""
+        try:
+            yield
+        except BaseException:
+            self.release(current_run(), config)
+            raise
+
+    def held(self, run: Any, config: RunnableConfig) -> Fence | None:
+        """The lease the run holds on its thread, or None."""
+        key = _key(config)
+        found = self._mine(run, key) if key is not None and run is not None else None
+        return None if found is None else found.lease
+
+
+RUN_LEASES = RunLeases()
+"""Every run's leases: a run is its writer, so one table serves every graph."""
+
+
+def holding_if(fence: Fence | None) -> contextlib.AbstractContextManager[None]:
+    """While the block runs, the ledger's writes carry `fence` (none: nothing held)."""
+    return contextlib.nullcontext() if fence is None else holding(fence)
+
+
+def _key(config: RunnableConfig) -> str | None:
+    """What a run leases: its thread (and graph, for a subgraph run: parallel subgraph
+    runs on one thread are not each other's competitors)."""
+    conf = config.get("configurable") or {}
+    thread_id = conf.get("thread_id")
+    if not thread_id:
+        return None
+    ns = str(conf.get("checkpoint_ns") or "").rpartition("|")[0]  # the graph's
+    return str(thread_id) if not ns else f"{thread_id}|{ns}"
+
+
+def _take(runner: LeaseRunner | None, key: str) -> Lease | _Local:
+    return _LOCAL.take(key) if runner is None else drive(_acquire(runner, key), _REAL)
+
+
+async def _atake(runner: LeaseRunner | None, key: str) -> Lease | _Local:
+    return _LOCAL.take(key) if runner is None else await adrive(_acquire(runner, key), _REAL)
+
+
+def _collected_first(take: Callable[[], Lease | _Local]) -> Lease | _Local:
+    """Take a lease; refused, once more after a garbage collection: a run of this
+    process that died of an exception keeps its writer (and so its lease) in the
+    exception's frames, which only the collector frees."""
+    try:
+        return take()
+    except ThreadBusyError:
+        gc.collect()
+        return take()
+
+
+def _acquire(runner: LeaseRunner, key: str) -> Any:
+    return acquire(runner, key, ttl=DEFAULT_LEASE_TTL, wait=False, clock=_REAL, where="this run")
+
+
+def _give_back(lease: Lease | _Local) -> None:
+    """Release, best effort: a lease that cannot be given back lapses by itself."""
+    with contextlib.suppress(Exception):
+        if isinstance(lease, _Local):
+            lease.release()
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            lease.release()
+        else:  # on an event loop: the release goes out as a task of it
+            task = loop.create_task(lease.arelease())
+            _PENDING.add(task)
+            task.add_done_callback(_PENDING.discard)
+
+
+_PENDING: set[asyncio.Task[None]] = set()
+
+
+def _release_all(held: dict[str, _Held]) -> None:
+    """A run's writer was collected: the run is over, however it ended."""
+    for item in list(held.values()):
+        _give_back(item.lease)
+    held.clear()

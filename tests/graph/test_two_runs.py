@@ -1,0 +1,131 @@
+"""Two runs on one thread at once, on the plain invoke path: with a side-effecting tool
+the second is refused (`ThreadBusyError`) before its model is asked, the first's effect
+stays in the final thread, and once the first ends the thread takes the next run."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import tool
+
+from langgraph_resilience import ThreadBusyError, ToolProfile
+from langgraph_resilience.testing import text, tool_calls
+from tests.conftest import Harness, build_graph
+
+
+class Bank:
+    """Payments; the first one waits, mid-effect, until the test lets it finish."""
+
+    def __init__(self) -> None:
+        self.paid: list[int] = []
+        self.started = threading.Event()
+        self.finish = threading.Event()
+
+    def graph(self, *amounts: int, effects: bool = True) -> Harness:
+        @tool
+        def pay(amount: int) -> str:
+            """Pay."""
+            self.started.set()
+            if not self.paid:
+                self.finish.wait(30)
+            self.paid.append(amount)
+            return f"paid {amount}"
+
+        script = [r for a in amounts for r in (tool_calls(("pay", {"amount": a})), text("ok"))]
+        profiles = {"pay": ToolProfile(side_effect=True)} if effects else {}
+        return build_graph([pay], script, profiles=profiles)
+
+
+def _answers(out: dict[str, Any]) -> list[str]:
+    return [str(m.content) for m in out["messages"] if isinstance(m, ToolMessage)]
+
+
+def test_a_second_run_on_a_running_thread_is_refused() -> None:
+    """The second run is refused before its model is asked; the first's payment is the
+    final thread's, and the thread then takes the second request."""
+    bank = Bank()
+    h = bank.graph(10, 20)
+    config = h.config()
+    first: dict[str, Any] = {}
+    running = threading.Thread(
+        target=lambda: first.update(h.app.invoke({"messages": [("user", "pay 10")]}, config))
+    )
+    running.start()
+    assert bank.started.wait(10)
+    asked = h.model.calls
+
+    with pytest.raises(ThreadBusyError):
+        h.app.invoke({"messages": [("user", "pay 20")]}, config)
+    assert h.model.calls == asked  # refused before its model was asked
+
+    bank.finish.set()
+    running.join(30)
+    assert _answers(first) == ["paid 10"]
+    assert _answers(h.app.get_state(config).values) == ["paid 10"]
+    out = h.app.invoke({"messages": [("user", "pay 20")]}, config)
+    assert _answers(out) == ["paid 10", "paid 20"]
+    assert bank.paid == [10, 20]
+
+
+def test_two_async_runs_on_one_thread() -> None:
+    """The same with two tasks of one event loop."""
+    bank = Bank()
+    h = bank.graph(10, 20)
+    config = h.config()
+
+    async def both() -> tuple[Any, Any]:
+        first = asyncio.create_task(h.app.ainvoke({"messages": [("user", "pay 10")]}, config))
+        await asyncio.to_thread(bank.started.wait, 10)
+        second = await asyncio.gather(
+            h.app.ainvoke({"messages": [("user", "pay 20")]}, config), return_exceptions=True
+        )
+        bank.finish.set()
+        return await first, second[0]
+
+    out, refused = asyncio.run(both())
+    assert isinstance(refused, ThreadBusyError)
+    assert _answers(out) == ["paid 10"]
+    assert bank.paid == [10]
+
+
+def test_a_run_that_died_does_not_keep_its_thread() -> None:
+    """A run whose model raised: the next run on the thread is taken at once, not
+    refused until the dead run's lease lapses."""
+    paid: list[int] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return "paid"
+
+    def down(messages: list[Any]) -> Any:
+        raise RuntimeError("the model is down")
+
+    script = [tool_calls(("pay", {"amount": 1})), down, text("ok")]
+    h = build_graph([pay], script, profiles={"pay": ToolProfile(side_effect=True)})
+    config = h.config()
+    with pytest.raises(RuntimeError, match="the model is down"):
+        h.app.invoke({"messages": [("user", "pay")]}, config)
+    out = h.app.invoke({"messages": [("user", "hello?")]}, config)
+    assert out["messages"][-1].content == "ok"
+
+
+def test_without_side_effects_runs_are_not_serialized() -> None:
+    """No side-effecting tool, no lease: LangGraph's own behaviour, unchanged."""
+    bank = Bank()
+    h = bank.graph(10, 20, effects=False)
+    config = h.config()
+    running = threading.Thread(
+        target=lambda: h.app.invoke({"messages": [("user", "pay 10")]}, config)
+    )
+    running.start()
+    assert bank.started.wait(10)
+    h.app.invoke({"messages": [("user", "pay 20")]}, config)  # not refused
+    bank.finish.set()
+    running.join(30)
+    assert sorted(bank.paid) == [10, 20]
