@@ -3,8 +3,10 @@ on the open Postgres + Redis runtime (``langgraph-runtime-pg``, served by its ``
 CLI), two worker processes on one Postgres database and one Redis, loopback only.
 
 The runtime pins ``langgraph-api==0.11.1``, older than the dev extra's
-``langgraph-cli[inmem]``, so it lives in its own venv (``scripts/pg_runtime_venv.sh``),
-named by ``LGR_PG_RUNTIME_VENV``. Without it a test fails under CI and skips elsewhere.
+``langgraph-cli[inmem]``, so it lives in its own venv (``scripts/pg_runtime_venv.sh``):
+the one ``LGR_PG_RUNTIME_VENV`` names, else one the tests build once from the package
+registry into the user's cache (a minute or two). If it cannot be built, a test fails
+under CI and skips elsewhere.
 
 Databases: the runtime gets its own fresh database (its migrations create the
 assistants, threads, runs, checkpoints and store tables); ours (``pg_dsn``) holds the
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
+import hashlib
 import os
 import pathlib
 import shutil
@@ -42,7 +46,9 @@ from tests.server.conftest import APP, _free_port
 
 START_TIMEOUT = 60.0
 HEARTBEAT_S = 1  # LG_BG_JOB_HEARTBEAT: a dead worker's run is re-queued in about 4-6 s
-VENV_HINT = "set LGR_PG_RUNTIME_VENV to a venv with langgraph-runtime-pg; .ci/run builds one"
+VENV_HINT = "set LGR_PG_RUNTIME_VENV to a venv built by scripts/pg_runtime_venv.sh"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BUILD = REPO / "scripts" / "pg_runtime_venv.sh"
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -52,13 +58,43 @@ def _unavailable(reason: str) -> NoReturn:
 
 
 def runtime_venv() -> pathlib.Path:
-    """The venv holding ``langhost`` + ``langgraph-runtime-pg`` (fails under CI, else skips)."""
+    """The venv holding ``langhost`` + ``langgraph-runtime-pg``: ``LGR_PG_RUNTIME_VENV``,
+    else built once (fails under CI, else skips, when it cannot be)."""
     raw = os.environ.get("LGR_PG_RUNTIME_VENV", "")
     if not raw:
-        _unavailable(f"LGR_PG_RUNTIME_VENV is not set: {VENV_HINT}")
+        return _built_venv()
     venv = pathlib.Path(raw)
     if not (venv / "bin" / "langhost").exists():
         _unavailable(f"no bin/langhost in LGR_PG_RUNTIME_VENV={raw}: {VENV_HINT}")
+    return venv
+
+
+def _built_venv() -> pathlib.Path:
+    """The runtime venv for this checkout, built by `BUILD` into the user's cache once
+    (named by a hash of the script and the checkout's path: it installs it editable),
+    under a file lock so two sessions do not build it at once."""
+    digest = hashlib.sha256(BUILD.read_bytes() + str(REPO).encode()).hexdigest()[:12]
+    cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
+    venv = cache / "langgraph-resilience-tests" / f"pg-runtime-{digest}"
+    built = venv / ".built"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with (venv.parent / f"{venv.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if built.exists():
+            return venv
+        shutil.rmtree(venv, ignore_errors=True)  # a build that was cut short
+        done = subprocess.run(
+            ["bash", str(BUILD), str(venv)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode != 0:
+            shutil.rmtree(venv, ignore_errors=True)
+            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            _unavailable(f"cannot build the runtime venv with {BUILD.name}: {tail}; {VENV_HINT}")
+        built.touch()
     return venv
 
 
