@@ -5,15 +5,20 @@ stays in the final thread, and once the first ends the thread takes the next run
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
-from langgraph_resilience import ThreadBusyError, ToolProfile
-from langgraph_resilience.testing import text, tool_calls
+from langgraph_resilience import ResilienceMiddleware, ThreadBusyError, ToolProfile
+from langgraph_resilience.graph.run_lease import _LOCAL
+from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 from tests.conftest import Harness, build_graph
 
 
@@ -69,6 +74,70 @@ def test_a_second_run_on_a_running_thread_is_refused() -> None:
     out = h.app.invoke({"messages": [("user", "pay 20")]}, config)
     assert _answers(out) == ["paid 10", "paid 20"]
     assert bank.paid == [10, 20]
+
+
+def test_create_agent_with_the_middleware_refuses_a_second_run() -> None:
+    """The same on `create_agent` + `ResilienceMiddleware`: the second run is refused
+    before its model is asked, and the thread takes the next run once the first ended."""
+    bank = Bank()
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        bank.started.set()
+        if not bank.paid:
+            bank.finish.wait(30)
+        bank.paid.append(amount)
+        return f"paid {amount}"
+
+    script = [r for a in (10, 20) for r in (tool_calls(("pay", {"amount": a})), text("ok"))]
+    model = ScriptedChatModel(responses=script)
+    middleware = ResilienceMiddleware(
+        clock=FakeClock(), profiles={"pay": ToolProfile(side_effect=True)}
+    )
+    agent = create_agent(model, [pay], middleware=[middleware], checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t-mw"}}
+    first: dict[str, Any] = {}
+    running = threading.Thread(
+        target=lambda: first.update(agent.invoke({"messages": [("user", "pay 10")]}, config))
+    )
+    running.start()
+    assert bank.started.wait(10)
+    asked = model.calls
+    with pytest.raises(ThreadBusyError):
+        agent.invoke({"messages": [("user", "pay 20")]}, config)
+    assert model.calls == asked
+
+    bank.finish.set()
+    running.join(30)
+    assert _answers(first) == ["paid 10"]
+    out = agent.invoke({"messages": [("user", "pay 20")]}, config)
+    assert _answers(out) == ["paid 10", "paid 20"]
+
+
+def test_a_run_paused_for_a_human_gives_its_thread_back() -> None:
+    """A run that stops to ask a human ends: the human's answer (a new run) is taken at
+    once, not refused until the paused run's lease lapses."""
+    paid: list[int] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        raise PermissionError("needs approval")
+
+    script = [tool_calls(("pay", {"amount": 1})), text("ok")]
+    h = build_graph([pay], script, escalate=True, profiles={"pay": ToolProfile(side_effect=True)})
+    config = h.config()
+    gc.disable()  # no collector to free what the run left: the pause itself must
+    try:
+        paused = h.app.invoke({"messages": [("user", "pay")]}, config)
+        assert paused["__interrupt__"]
+        assert _LOCAL.holder(config["configurable"]["thread_id"]) is None
+    finally:
+        gc.enable()
+    out = h.app.invoke(Command(resume={"action": "skip"}), config)  # not ThreadBusyError
+    assert "__interrupt__" not in out
+    assert paid == []
 
 
 def test_two_async_runs_on_one_thread() -> None:
