@@ -43,6 +43,9 @@ ADVERSARIAL = {
     "sk-dashes": "sk-" * (_MB // 3),
     "bearer": "bearer " * (_MB // 7),
     "pem-begins": "-----BEGIN PRIVATE KEY-----" * (_MB // 27),
+    "bare-keys": "key=" * (_MB // 4),
+    "keys-provided": "key provided:" * (_MB // 13),
+    "key-then-spaces": "key" + " " * _MB + "=",
 }
 """About a megabyte each, shaped against each pattern of `core.redaction`."""
 

@@ -27,6 +27,8 @@ What is caught, and by which scan:
   ``X-Session-Id``) to the end of the word.
 * ``scheme://user:password@host``: everything between the first ``:`` and the
   *last* ``@`` of the URL is the password, so a raw ``@`` in it leaves nothing.
+* Keys announced by their context, whatever their shape: what follows a provider's
+  ``API key provided:`` (``token``/``secret provided:`` too), and a bare ``key=``.
 * Token shapes wherever they stand: ``Bearer``/``Basic`` credentials, JWTs
   (``eyJ...``), ``sk-``, ``ghp_``/``gho_``/..., ``xox?-``, ``AKIA``/``ASIA``.
 """
@@ -183,6 +185,38 @@ def _misquoted(text: str, probe: int, end: int, parts: list[str]) -> int:
     return end
 
 
+# ------------------------------------------------- text: keys announced by context
+# A provider's error often echoes the key it refused ("Incorrect API key provided:
+# 0123...cdef."), and a message may carry a bare ``key=...``: whatever the value looks
+# like, the words before it say it is a key.
+
+_ANNOUNCED = re.compile(
+    r"(?:(?P<provided>(?:key|token|secret)[ \t]++provided[ \t]*+:)|(?P<bare>key[ \t]*+=))"
+    rf"""[ \t]*+(?P<value>{_QUOTED}|[^\s"'&,;<>(){{}}\[\]`]*+)""",
+    re.IGNORECASE | re.ASCII,
+)
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+
+
+def _announced_key(match: re.Match[str]) -> str:
+    whole = match.group(0)
+    at = match.start()
+    if match.group("bare") and at and match.string[at - 1] in _NAME_CHARS:
+        return whole  # "monkey=", "sort_key=": not a key of their own
+    value = match.group("value")
+    if _QUOTE_OPEN.match(value):
+        return _pair(match)
+    kept = value.rstrip(".,:;!?")  # the sentence's period is not the key's
+    if not kept or kept in (REDACTED, "***"):
+        return whole
+    start = match.start("value") - at
+    return whole[:start] + REDACTED + value[len(kept) :]
+
+
+def _announced(text: str) -> str:
+    return _ANNOUNCED.sub(_announced_key, text)
+
+
 # ------------------------------------------------------------ text: other shapes
 
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
@@ -278,6 +312,9 @@ def _scrub(text: str, *, truncated: bool = False) -> str:
         text = _pem(text)
     if ":" in text or "=" in text:
         text = _pairs(text)
+        lowered = text.lower()
+        if "key" in lowered or "provided" in lowered:
+            text = _announced(text)
         if "://" in text and ("@" in text or truncated):
             text = _userinfo(text, truncated=truncated)
     return _tokens(text)
