@@ -43,6 +43,14 @@ ADVERSARIAL = {
     "sk-dashes": "sk-" * (_MB // 3),
     "bearer": "bearer " * (_MB // 7),
     "pem-begins": "-----BEGIN PRIVATE KEY-----" * (_MB // 27),
+    "bare-keys": "key=" * (_MB // 4),
+    "keys-provided": "key provided:" * (_MB // 13),
+    "key-then-spaces": "key" + " " * _MB + "=",
+    "sendgrid-dots": "SG.aaaaaaaaaa" * (_MB // 13),
+    "twilio-hex": "SK" + "0" * _MB,
+    "google-prefixes": "AIza" * (_MB // 4),
+    "stripe-prefixes": "sk_live_" * (_MB // 8),
+    "sas-sigs": "sig=" * (_MB // 4),
 }
 """About a megabyte each, shaped against each pattern of `core.redaction`."""
 

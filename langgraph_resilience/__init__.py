@@ -83,6 +83,7 @@ if TYPE_CHECKING:
         ToolProfile,
     )
     from langgraph_resilience.core.redaction import (
+        add_secret_pattern,
         redact,
     )
     from langgraph_resilience.core.reliability import (
@@ -267,6 +268,7 @@ _HOMES: dict[str, str] = {
     "verify": "langgraph_resilience.core.plan",
     "ResiliencePolicy": "langgraph_resilience.core.policy",
     "ToolProfile": "langgraph_resilience.core.profile",
+    "add_secret_pattern": "langgraph_resilience.core.redaction",
     "redact": "langgraph_resilience.core.redaction",
     "task_failure": "langgraph_resilience.core.reliability",
     "AttemptAbandoned": "langgraph_resilience.errors",
@@ -436,6 +438,7 @@ __all__ = [
     "Verdict",
     "acompensate_thread",
     "add_resilience",
+    "add_secret_pattern",
     "aload_mcp_tools",
     "aopen_postgres",
     "aresume",

@@ -27,8 +27,14 @@ What is caught, and by which scan:
   ``X-Session-Id``) to the end of the word.
 * ``scheme://user:password@host``: everything between the first ``:`` and the
   *last* ``@`` of the URL is the password, so a raw ``@`` in it leaves nothing.
+* Keys announced by their context, whatever their shape: what follows a provider's
+  ``API key provided:`` (``token``/``secret provided:`` too), and a bare ``key=``.
 * Token shapes wherever they stand: ``Bearer``/``Basic`` credentials, JWTs
-  (``eyJ...``), ``sk-``, ``ghp_``/``gho_``/..., ``xox?-``, ``AKIA``/``ASIA``.
+  (``eyJ...``), ``sk-``, ``ghp_``/``gho_``/..., ``xox?-``/``xapp-``, ``AKIA``/``ASIA``,
+  Stripe ``sk_live_``/``rk_live_`` (and ``_test_``), Google ``AIza...``, Twilio
+  ``SK`` + 32 hex, SendGrid ``SG.<id>.<secret>``, ``npm_``, Hugging Face ``hf_``;
+  Azure's ``AccountKey=``/``SharedAccessKey=`` and a SAS URL's ``sig=`` as pairs.
+* Patterns you add with `add_secret_pattern`.
 """
 
 from __future__ import annotations
@@ -38,10 +44,13 @@ import re
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
+from langgraph_resilience.errors import ConfigurationError
+
 __all__ = [
     "DEFAULT_LIMIT",
     "REDACTED",
     "TRUNCATED",
+    "add_secret_pattern",
     "is_secret_key",
     "mask_args",
     "redact",
@@ -72,7 +81,7 @@ _SECRET_NAME = re.compile(
     # and "dbPassword" yes, "max_tokens", "author" and "password_hint" no
     r"(?:^|[_.\s])(?:authorization|auth|passwords?|passwd|pwd|pass|passphrase|secrets?|"
     r"secret_?key|token|api_?keys?|apikey|cookies?|credentials?|private_?key|dsn|"
-    r"session_?id|sessid|access_?key|jwt|bearer)$"
+    r"session_?id|sessid|access_?key|account_?key|sig|jwt|bearer)$"
 )
 
 
@@ -117,9 +126,9 @@ _LINE_NAMES = r"authorization|cookie"  # the rest of the line: Proxy-Authorizati
 _PHRASE_NAMES = (  # up to the end of the pair ("bypass=", "compass:" are no "pass")
     r"pass(?:word|wd|phrase)|(?<![a-z])pass|pwd|secret(?:[_-]?key)?|private[_-]?key"
 )
-_WORD_NAMES = (  # one word
-    r"token|api[_-]?key|apikey|access[_-]?key|subscription[_-]?key|jwt"
-    r"|session[_-]?id|sessionid|sessid"
+_WORD_NAMES = (  # one word (Azure's AccountKey=, SharedAccessKey=, a SAS URL's sig=)
+    r"token|api[_-]?key|apikey|access[_-]?key|subscription[_-]?key|account[_-]?key|jwt"
+    r"|session[_-]?id|sessionid|sessid|(?<![a-z])sig"
 )
 _WORD_VALUE = (
     # not the next secret pair ("token: X-Session-Id: abc" leaves that pair to its rule)
@@ -183,6 +192,38 @@ def _misquoted(text: str, probe: int, end: int, parts: list[str]) -> int:
     return end
 
 
+# ------------------------------------------------- text: keys announced by context
+# A provider's error often echoes the key it refused ("Incorrect API key provided:
+# 0123...cdef."), and a message may carry a bare ``key=...``: whatever the value looks
+# like, the words before it say it is a key.
+
+_ANNOUNCED = re.compile(
+    r"(?:(?P<provided>(?:key|token|secret)[ \t]++provided[ \t]*+:)|(?P<bare>key[ \t]*+=))"
+    rf"""[ \t]*+(?P<value>{_QUOTED}|[^\s"'&,;<>(){{}}\[\]`]*+)""",
+    re.IGNORECASE | re.ASCII,
+)
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.")
+
+
+def _announced_key(match: re.Match[str]) -> str:
+    whole = match.group(0)
+    at = match.start()
+    if match.group("bare") and at and match.string[at - 1] in _NAME_CHARS:
+        return whole  # "monkey=", "sort_key=": not a key of their own
+    value = match.group("value")
+    if _QUOTE_OPEN.match(value):
+        return _pair(match)
+    kept = value.rstrip(".,:;!?")  # the sentence's period is not the key's
+    if not kept or kept in (REDACTED, "***"):
+        return whole
+    start = match.start("value") - at
+    return whole[:start] + REDACTED + value[len(kept) :]
+
+
+def _announced(text: str) -> str:
+    return _ANNOUNCED.sub(_announced_key, text)
+
+
 # ------------------------------------------------------------ text: other shapes
 
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
@@ -192,7 +233,9 @@ _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345678
 _B64URL = _WORD | {"-"}
 
 _BEARER = re.compile(r"(?P<scheme>bearer|basic)\s++[A-Za-z0-9._~+/=-]{6,}+", re.I | re.A)
-_TOKEN_HINT = re.compile(r"eyJ|sk-|gh[pousr]_|github_pat_|xox|AKIA|ASIA")
+_TOKEN_HINT = re.compile(  # literals only: a group here costs the scan 10x
+    r"eyJ|sk-|sk_|rk_|gh[pousr]_|github_pat_|xox|xapp-|AKIA|ASIA|AIza|SK|SG\.|npm_|hf_"
+)
 _TOKENS: tuple[tuple[tuple[str, ...], re.Pattern[str], frozenset[str]], ...] = (
     # (substrings one of which must be present, pattern, characters that may not precede)
     (("eyJ",), re.compile(r"eyJ[A-Za-z0-9_-]{8,}+(?:\.[A-Za-z0-9_-]*+){0,2}"), _B64URL),
@@ -202,8 +245,20 @@ _TOKENS: tuple[tuple[tuple[str, ...], re.Pattern[str], frozenset[str]], ...] = (
         re.compile(r"(?:gh[pousr]|github_pat)_[A-Za-z0-9_-]{8,}+"),
         _WORD,
     ),
-    (("xox",), re.compile(r"xox[abposr]-[A-Za-z0-9-]{8,}+"), _WORD),
+    (("xox", "xapp-"), re.compile(r"(?:xox[abposr]|xapp)-[A-Za-z0-9-]{8,}+"), _WORD),
     (("AKIA", "ASIA"), re.compile(r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9_])"), _WORD),
+    # Stripe secret and restricted keys: sk_/rk_, the mode, then the key
+    (
+        ("sk_live_", "sk_test_", "rk_live_", "rk_test_"),
+        re.compile(r"[sr]k_(?:live|test)_[A-Za-z0-9]{10,}+"),
+        _WORD,
+    ),
+    (("AIza",), re.compile(r"AIza[A-Za-z0-9_-]{30,}+"), _B64URL),  # Google API keys
+    (("SK",), re.compile(r"SK[0-9a-fA-F]{32}(?![A-Za-z0-9_])"), _WORD),  # Twilio API key SIDs
+    # SendGrid: SG, an id, a secret, dot-separated
+    (("SG.",), re.compile(r"SG\.[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+"), _WORD),
+    (("npm_",), re.compile(r"npm_[A-Za-z0-9]{20,}+"), _WORD),  # npm access tokens
+    (("hf_",), re.compile(r"hf_[A-Za-z0-9]{20,}+"), _WORD),  # Hugging Face tokens
 )
 
 _URL_TOKEN = re.compile(r"""[^\s"'<>`]*+""")
@@ -273,14 +328,52 @@ def _userinfo(text: str, *, truncated: bool) -> str:
     return "".join(parts) + text[pos:] if parts else text
 
 
+_EXTRA: list[re.Pattern[str]] = []
+"""The patterns users added (`add_secret_pattern`), in the order added."""
+
+
+def add_secret_pattern(pattern: str | re.Pattern[str]) -> Callable[[], None]:
+    """Redact every match of `pattern` too, wherever `redact` runs (envelopes, prompts,
+    events, logs, our tables); returns a function that removes it again.
+
+    It runs on every text redacted, so keep it linear: a literal prefix, no nested
+    repetition (``acme_[A-Za-z0-9]{32}``, not ``(\\w+)+``). A pattern that matches the
+    empty string is refused.
+
+    >>> remove = add_secret_pattern(r"acme_[A-Za-z0-9]{8,}")
+    >>> redact("acme said acme_9fQk2LmZ0p rejected")
+    'acme said [REDACTED] rejected'
+    >>> remove()
+    """
+    compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+    if compiled.fullmatch("") is not None:
+        raise ConfigurationError(
+            f"secret pattern {compiled.pattern!r} matches the empty string: "
+            "give it a literal prefix, e.g. r'acme_[A-Za-z0-9]{8,}'"
+        )
+    _EXTRA.append(compiled)
+
+    def remove() -> None:
+        if compiled in _EXTRA:
+            _EXTRA.remove(compiled)
+
+    return remove
+
+
 def _scrub(text: str, *, truncated: bool = False) -> str:
     if "-----BEGIN" in text:
         text = _pem(text)
     if ":" in text or "=" in text:
+        lowered = text.lower()
+        if "key" in lowered or "provided" in lowered:  # first: "pwd= ... key provided: X"
+            text = _announced(text)
         text = _pairs(text)
         if "://" in text and ("@" in text or truncated):
             text = _userinfo(text, truncated=truncated)
-    return _tokens(text)
+    text = _tokens(text)
+    for pattern in tuple(_EXTRA):
+        text = pattern.sub(REDACTED, text)
+    return text
 
 
 def _head(text: str, limit: int) -> str:
@@ -349,9 +442,10 @@ def redact_value(value: Any, *, limit: int | None = DEFAULT_LIMIT, _depth: int =
     if isinstance(value, list | tuple | Set):
         if value and isinstance(value, list | tuple) and all(_is_pair(v) for v in value):
             # headers as [("Cookie", "sid=..."), ...]: a secret-named pair keeps its name
+            # (scrubbed: ["<text with a key>", "x"] is a list of two texts, too)
             return [
                 [
-                    k,
+                    redact(k, limit=limit),
                     REDACTED
                     if is_secret_key(k)
                     else redact_value(v, limit=limit, _depth=_depth + 2),

@@ -80,6 +80,7 @@ from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON, ModelStep, decide_model
 from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import (
     CircuitOpenError,
     ConfigurationError,
@@ -177,7 +178,7 @@ def _give_up(failures: list[tuple[str, BaseException]]) -> BaseException:
     """The exception to raise when no model answered: the last one, annotated."""
     last = failures[-1][1]
     summary = "; ".join(f"{key}: {type(error).__name__}: {error}" for key, error in failures)
-    last.add_note(f"resilient_model: no model answered ({summary})")
+    last.add_note(redact(f"resilient_model: no model answered ({summary})", limit=None))
     if isinstance(last, CircuitOpenError) and last.__cause__ is None and len(failures) > 1:
         last.__cause__ = failures[-2][1]
     return last

@@ -224,7 +224,7 @@ class InMemoryIdempotencyStore:
     ) -> IdempotencyRecord:
         """Record the outcome of a pending intent; the first outcome recorded wins."""
         status = values.outcome_status(status)
-        text = values.json_text(result, what="result")
+        text = values.stored_json(result, what="result")
         with self._lock:
             row = self._rows.get(key)
             clock_now = self._clock.time()

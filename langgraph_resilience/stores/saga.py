@@ -53,7 +53,7 @@ class InMemorySagaLog:
         self, thread_id: str, *, key: str, tool: str, action: str, status: str, detail: Any = None
     ) -> SagaEntry:
         """Append one entry and return it with its sequence number."""
-        stored = None if detail is None else json.loads(values.json_text(detail, what="detail"))
+        stored = None if detail is None else json.loads(values.stored_json(detail, what="detail"))
         with self._lock:
             at = values.utc(self._clock.time())
             entry = SagaEntry(
@@ -90,7 +90,7 @@ class SqlSagaLog:
 
     def _append(self, thread_id: str, entry: Mapping[str, Any]) -> Flow[SagaEntry]:
         detail = entry["detail"]
-        text = None if detail is None else values.json_text(detail, what="detail")
+        text = None if detail is None else values.stored_json(detail, what="detail")
         params = {**entry, "thread_id": thread_id, "detail": text}
         rows = yield Call(self._runner.rows, self._runner.arows, (self._dialect.append, params))
         return self._dialect.entry_of(rows[0])

@@ -494,7 +494,7 @@ class SqlIdempotencyStore:
         """The outcome on the pending intent; else the recorded outcome wins; else (no
         intent at all) a new record."""
         dialect = self._dialect
-        outcome, text = values.outcome_status(status), values.json_text(result, what="result")
+        outcome, text = values.outcome_status(status), values.stored_json(result, what="result")
         params = {"key": key, "status": outcome, "result": text, **self._fenced()}
         # what it records, known here (as the ledger holds it: JSON); the statement
         # returns its key only

@@ -19,6 +19,7 @@ __all__ = [
     "duration_seconds",
     "json_text",
     "outcome_status",
+    "stored_json",
     "utc",
 ]
 
@@ -55,6 +56,14 @@ def json_text(value: Any, *, what: str) -> str:
         raise TypeError(
             f"{what} must be JSON-serializable (dicts, lists, str, numbers, bool, None): {exc}"
         ) from None
+
+
+def stored_json(value: Any, *, what: str) -> str:
+    """JSON text of a value the package stores (an outcome, a saga entry's detail), with
+    secrets redacted: secret-named fields blanked, credentials in strings scrubbed, no
+    string cut (``limit=None``). A replay from the ledger returns this redacted form."""
+    json_text(value, what=what)  # refuse what is not JSON before redact_value repr()s it
+    return json_text(redact_value(value, limit=None), what=what)
 
 
 def audited(args_json: str) -> Any:

@@ -204,3 +204,23 @@ def test_an_edit_that_keeps_the_masked_password_runs_with_the_real_one(runner: R
         h.app, Command(resume={"action": "edit", "args": {**shown, "user": "u2"}}), config
     )
     assert received == [ARG_PASSWORD]
+
+
+AZURE_KEY = "0123456789abcdef0123456789abcdef"
+
+
+def test_a_key_echoed_by_a_401_never_reaches_the_agent(runner: Runner) -> None:
+    """An Azure-style deployment's 401 echoes its 32-hex key ("Incorrect API key
+    provided: ..."): the envelope the agent model reads holds no part of it."""
+    failure = FakeHTTPError(401, body=f'{{"error": "Incorrect API key provided: {AZURE_KEY}."}}')
+    failure.args = (f"Error code: 401 - Incorrect API key provided: {AZURE_KEY}.",)
+    h = build_graph(
+        [FaultyTool(login, [Fault.raises(failure)])],
+        [tool_calls(("login", {"user": "u", "password": ARG_PASSWORD})), text("done")],
+    )
+    out = runner.invoke(h.app, {"messages": [("user", "log me in")]}, h.config())
+    [answer] = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answer.status == "error"
+    assert "Incorrect API key provided: [REDACTED]" in str(answer.content)
+    seen = "\n".join(str(m.content) for m in h.model.received[-1])
+    assert AZURE_KEY[:12] not in seen + _serialized([answer.artifact, answer.response_metadata])

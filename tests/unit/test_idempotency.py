@@ -231,6 +231,30 @@ def test_claim_new_then_pending_then_done(ledger: IdempotencyStore) -> None:
     assert third.record.args == {"amount": 5}
 
 
+def test_a_recorded_result_is_stored_and_replayed_redacted(
+    ledger: IdempotencyStore, tmp_path: pathlib.Path
+) -> None:
+    """An outcome holding secrets (a secret-named field, a password= in text, a key
+    shape) is stored redacted, so the replay returns the redacted form; long text is
+    not cut."""
+    ledger.claim("k", tool="pay", args_json='{"amount":5}', thread_id="t")
+    long = "x" * 10_000
+    ledger.record_outcome(
+        "k", {"id": "p_1", "token": "RcptT0k3n", "note": f"{long} password=Pw0rd77\nok"}
+    )
+    replay = ledger.claim("k", tool="pay", args_json='{"amount":5}', thread_id="t")
+    assert replay.result == {
+        "id": "p_1",
+        "token": "[REDACTED]",
+        "note": f"{long} password=[REDACTED]\nok",
+    }
+    database = tmp_path / "ledger.sqlite"
+    if database.exists():
+        stored = database.read_bytes()
+        assert b"RcptT0k3n" not in stored
+        assert b"Pw0rd77" not in stored
+
+
 def test_what_a_claim_and_an_outcome_return_is_what_a_read_returns(
     ledger: IdempotencyStore,
 ) -> None:

@@ -807,3 +807,32 @@ def test_a_model_that_does_not_retry_is_not_warned_of(model: BaseChatModel) -> N
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         resilient_model(model)
+
+
+def test_a_key_echoed_by_the_primary_is_in_no_note_nor_logged_traceback(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The primary's 401 echoes its key ("Incorrect API key provided: sk-test-..."),
+    the fallback fails too: neither the give-up note on the raised exception nor the
+    traceback `logger.exception` writes of it holds the key."""
+    key = "sk-test-Ech0edK3y****************abcd"
+    refused = FakeHTTPError(401)
+    refused.args = (f"Error code: 401 - Incorrect API key provided: {key}. See docs.",)
+    model = build(
+        scripted(refused),
+        scripted(FakeHTTPError(503)),
+        clock=FakeClock(),
+        policy=ResiliencePolicy(max_attempts=1),
+        fallback_on=frozenset(FailureClass),
+    )
+    with pytest.raises(FakeHTTPError) as raised:
+        ask(model, mode)
+    notes = "\n".join(raised.value.__notes__)
+    assert "no model answered" in notes
+    assert "Incorrect API key provided: [REDACTED]" in notes
+    with caplog.at_level(logging.ERROR):
+        try:
+            raise raised.value
+        except FakeHTTPError:
+            logging.getLogger("app").exception("the model call failed")
+    assert "Ech0edK3y" not in notes + caplog.text

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
+from langgraph_resilience import add_secret_pattern
 from langgraph_resilience.core.classify import classify
 from langgraph_resilience.core.plan import (
     Diagnosis,
@@ -32,7 +33,7 @@ from langgraph_resilience.core.plan import (
     format_plan_request,
 )
 from langgraph_resilience.core.redaction import TRUNCATED, redact, redact_value
-from langgraph_resilience.errors import FailureClass, ToolError, ToolFailure
+from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolError, ToolFailure
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.escalate import escalation_request
 from langgraph_resilience.graph.repair import repair_prompt
@@ -168,6 +169,69 @@ PLANTED: tuple[Planted, ...] = (
         ("Cl1entSec77", "Acc3ssKey88", "T0kPair99", "AccT0k11"),
         {"oauth": [{"client_secret": "Cl1entSec77"}, {"note": "token=T0kPair99"}]},
     ),
+    # the ten kinds issue 39 found surviving, each in its public format
+    Planted(
+        "stripe-secret-key",
+        "stripe: Invalid API Key sk_live_51StrpSecKeyAbCdEfGh0123456789 (livemode)",
+        ("StrpSecKeyAbCdEfGh0123456789",),
+        {"charge": {"client": "sk_live_51StrpSecKeyAbCdEfGh0123456789"}},
+    ),
+    Planted(
+        "stripe-restricted-key",
+        "restricted key rk_live_51StrpRstKeyZyXwVu9876543210 lacks the scope",
+        ("StrpRstKeyZyXwVu9876543210",),
+        {"tried": ["rk_live_51StrpRstKeyZyXwVu9876543210"]},
+    ),
+    Planted(
+        "google-api-key",
+        "GET https://maps.example/geocode?address=x&k=AIzaSyGoogKeyA1b2C3d4E5f6G7h8I9j0K1l2M3 403",
+        ("SyGoogKeyA1b2C3d4E5f6G7h8I9j0K1l2M3",),
+        {"request": {"params": [["k", "AIzaSyGoogKeyA1b2C3d4E5f6G7h8I9j0K1l2M3"]]}},
+    ),
+    Planted(
+        "azure-account-key",
+        "DefaultEndpointsProtocol=https;AccountName=acct;"
+        "AccountKey=AzAccKey0123456789abcdefGHIJKL+/mnopQRSTuvwx==;EndpointSuffix=core.windows.net",
+        ("AzAccKey0123456789abcdefGHIJKL",),
+        {"conn": "AccountName=acct;AccountKey=AzAccKey0123456789abcdefGHIJKL+/mnopQRSTuvwx=="},
+    ),
+    Planted(
+        "azure-sas-signature",
+        "PUT https://acct.blob.core.windows.net/c/b?sv=2022-11-02&se=2026-01-01&sp=rw"
+        "&sig=AzSasSig0123abcdEFGH%2Bijkl%3D failed: 403",
+        ("AzSasSig0123abcdEFGH",),
+        {"url": "https://acct.blob.core.windows.net/c/b?sp=rw&sig=AzSasSig0123abcdEFGH%2B"},
+    ),
+    Planted(
+        "slack-app-token",
+        "socket mode refused xapp-1-A0SlkApp01-1234567890123-SlkAppTok0abcdef0123",
+        ("SlkAppTok0abcdef0123", "A0SlkApp01"),
+        {"slack": {"app": "xapp-1-A0SlkApp01-1234567890123-SlkAppTok0abcdef0123"}},
+    ),
+    Planted(
+        "twilio-api-key",
+        "twilio auth with SK0123456789abcdef0123456789abcdef failed: 20003",
+        ("0123456789abcdef0123456789abcdef",),
+        {"twilio": ["SK0123456789abcdef0123456789abcdef"]},
+    ),
+    Planted(
+        "sendgrid-key",
+        "sendgrid 401 for SG.SgId0123456789abcdefg.SgSecret0123456789abcdefghijklmnopqrstuvwxyzAB",
+        ("SgId0123456789abcdefg", "SgSecret0123456789abcdefghij"),
+        {"mail": {"client": "SG.SgId0123456789abcdefg.SgSecret0123456789abcdefghijklmnopqrstuvwx"}},
+    ),
+    Planted(
+        "npm-token",
+        "npm ERR! 401 with npm_NpmTok0123456789abcdefghijklmnopqrstuv",
+        ("NpmTok0123456789abcdefghij",),
+        {"npmrc": ["//registry.npmjs.org/:_auth=x", "npm_NpmTok0123456789abcdefghijklmnopqrstuv"]},
+    ),
+    Planted(
+        "huggingface-token",
+        "hub download failed with hf_HfTok0123456789abcdefghijklmnopqrst",
+        ("HfTok0123456789abcdefghij",),
+        {"hub": {"headers": {"X-Hub": "hf_HfTok0123456789abcdefghijklmnopqrst"}}},
+    ),
 )
 KINDS = [pytest.param(p, id=p.kind) for p in PLANTED]
 
@@ -188,10 +252,10 @@ def prompt_text(messages: Iterable[BaseMessage]) -> str:
 # ------------------------------------------------------------------- the table
 
 
-def test_the_table_covers_the_fifteen_kinds() -> None:
-    """Fifteen kinds (the password one in three forms), each with its text and parts."""
+def test_the_table_covers_the_twenty_five_kinds() -> None:
+    """Twenty-five kinds (the password one in three forms), each with its text and parts."""
     kinds = {"password" if p.kind.startswith("password-") else p.kind for p in PLANTED}
-    assert len(kinds) == 15
+    assert len(kinds) == 25
     for planted in PLANTED:
         assert all(part in planted.text for part in planted.parts), planted.kind
 
@@ -417,3 +481,85 @@ def test_emitted_event(planted: Planted, caplog: pytest.LogCaptureFixture) -> No
         )
     assert "attempt" in caplog.text
     assert leaked(caplog.text, planted) == []
+
+
+# ---------------------------------------------------- generated credentials of every kind
+
+_ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+_HEX = "0123456789abcdef"
+
+
+def _chars(alphabet: str, low: int, high: int | None = None) -> st.SearchStrategy[str]:
+    return st.text(alphabet, min_size=low, max_size=low if high is None else high)
+
+
+_ECHOED = _chars(_ALNUM + "-_.*+/=~!@#$%^:", 12, 60).filter(lambda s: s.strip(".") == s)
+GENERATED: dict[str, st.SearchStrategy[tuple[str, str]]] = {
+    # kind: (the credential as it stands in a text, the secret part that must not come out)
+    "stripe": st.tuples(
+        st.sampled_from(["sk", "rk"]), st.sampled_from(["live", "test"]), _chars(_ALNUM, 24, 99)
+    ).map(lambda p: (f"{p[0]}_{p[1]}_{p[2]}", p[2])),
+    "google": _chars(_ALNUM + "-_", 35).map(lambda s: (f"AIza{s}", s)),
+    "azure-account-key": _chars(_ALNUM + "+/", 86).map(lambda s: (f"AccountKey={s}==;", s)),
+    "azure-sas": _chars(_ALNUM + "%", 20, 60).map(lambda s: (f"?sv=2022-11-02&sig={s}&sp=r", s)),
+    "slack-app": _chars(_HEX, 64).map(lambda s: (f"xapp-1-A0ABCDEFGHI-1234567890123-{s}", s)),
+    "twilio": _chars(_HEX, 32).map(lambda s: (f"SK{s}", s)),
+    "sendgrid": st.tuples(_chars(_ALNUM + "-_", 22), _chars(_ALNUM + "-_", 43)).map(
+        lambda p: (f"SG.{p[0]}.{p[1]}", p[1])
+    ),
+    "npm": _chars(_ALNUM, 36).map(lambda s: (f"npm_{s}", s)),
+    "huggingface": _chars(_ALNUM, 34).map(lambda s: (f"hf_{s}", s)),
+    "openai": _chars(_ALNUM + "-_", 20, 80).map(lambda s: (f"sk-proj-{s}", s)),
+    "anthropic": _chars(_ALNUM + "-_", 20, 80).map(lambda s: (f"sk-ant-api03-{s}", s)),
+    "github": _chars(_ALNUM, 36).map(lambda s: (f"ghp_{s}", s)),
+    "slack-bot": _chars(_ALNUM, 24).map(lambda s: (f"xoxb-123456789012-{s}", s)),
+    "aws-access-key": _chars("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16).map(lambda s: (f"AKIA{s}", s)),
+    "jwt": _chars(_ALNUM + "-_", 16, 40).map(lambda s: (f"eyJhbGciOiJIUzI1NiJ9.eyJ{s}.sig", s)),
+    "bearer": _chars(_ALNUM + "._~+/-", 16, 60).map(lambda s: (f"Authorization: Bearer {s}", s)),
+    "password": _chars(_ALNUM + "!#$%^*", 12, 40).map(lambda s: (f"password={s}", s)),
+    "dsn": _chars(_ALNUM, 12, 40).map(lambda s: (f"postgresql://app:{s}@db:5432/x", s)),
+    "announced": _ECHOED.map(lambda s: (f"Incorrect API key provided: {s}.", s)),
+    "key-pair": _chars(_ALNUM + "-_.", 16, 40).map(lambda s: (f"key={s}", s)),
+    "x-api-key": _chars(_ALNUM + "-_.", 16, 40).map(lambda s: (f"x-api-key: {s}", s)),
+}
+
+
+def _json_around(leaf: str) -> st.SearchStrategy[Any]:
+    """A JSON value holding `leaf` somewhere under ordinary keys and lists."""
+    return st.recursive(
+        st.just(leaf),
+        lambda inner: st.one_of(
+            st.lists(inner, min_size=1, max_size=2),
+            st.dictionaries(st.sampled_from(["detail", "note", "body"]), inner, min_size=1),
+        ),
+        max_leaves=4,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), kind=st.sampled_from(sorted(GENERATED)), before=_CONTEXT, after=_CONTEXT)
+def test_generated_credentials_of_every_kind_never_come_out(
+    data: st.DataObject, kind: str, before: str, after: str
+) -> None:
+    """A credential of any kind, generated in its public format (or of any shape after
+    'API key provided:'), planted in text and in a JSON value, never comes out of
+    `redact` or `redact_value`."""
+    credential, secret = data.draw(GENERATED[kind])
+    text = f"{before} {credential} {after}"
+    assert secret not in redact(text, limit=None)
+    assert secret not in redact(text)
+    value = data.draw(_json_around(text))
+    assert secret not in json.dumps(redact_value(value), ensure_ascii=False)
+
+
+def test_a_pattern_of_your_own_is_redacted_everywhere() -> None:
+    """`add_secret_pattern` adds a kind: redact and redact_value blank it until removed."""
+    remove = add_secret_pattern(r"acme_[A-Za-z0-9]{16}")
+    try:
+        assert redact("got acme_0123456789abcdef back") == "got [REDACTED] back"
+        assert redact_value({"note": ["acme_0123456789abcdef"]}) == {"note": ["[REDACTED]"]}
+    finally:
+        remove()
+    assert redact("acme_0123456789abcdef") == "acme_0123456789abcdef"
+    with pytest.raises(ConfigurationError, match="empty string"):
+        add_secret_pattern(r"x*")

@@ -301,6 +301,32 @@ def test_redact_value_bounds_depth() -> None:
             f"token:'{REDACTED}'{REDACTED} x",
             id="quotes-paired-wrongly",
         ),
+        pytest.param(
+            "401 - Incorrect API key provided: 0123456789abcdef0123456789abcdef. See docs",
+            f"401 - Incorrect API key provided: {REDACTED}. See docs",
+            id="provided-azure-hex",
+        ),
+        pytest.param(
+            "Incorrect API key provided: sk-test-****abcd, retry",
+            f"Incorrect API key provided: {REDACTED}, retry",
+            id="provided-masked",
+        ),
+        pytest.param(
+            "Invalid token provided: 'a b&c' for user",
+            f"Invalid token provided: '{REDACTED}' for user",
+            id="provided-quoted",
+        ),
+        pytest.param(
+            "GET /maps?key=Zq9-anything.42&q=x failed",
+            f"GET /maps?key={REDACTED}&q=x failed",
+            id="bare-key-query",
+        ),
+        pytest.param("key = abc123 ok", f"key = {REDACTED} ok", id="bare-key-spaced"),
+        pytest.param(
+            "api-key: 77f0c3ab x-api-key: 9d2e",
+            f"api-key: {REDACTED} x-api-key: {REDACTED}",
+            id="api-key-headers",
+        ),
     ],
 )
 def test_redact_whole_values(text: str, expected: str) -> None:
@@ -319,6 +345,8 @@ def test_redact_whole_values(text: str, expected: str) -> None:
         "https://example.com/users/@alice",
         "retry in 3s: upstream busy",
         "ssh://git@github.com/org/repo.git",
+        "monkey=banana sort_key=name cache.key=x",
+        "no API key provided in the request",
     ],
 )
 def test_redact_leaves_lookalikes_alone(text: str) -> None:
