@@ -293,21 +293,33 @@ def _acquire(runner: LeaseRunner, key: str) -> Any:
 
 
 def _give_back(lease: Lease | _Local) -> None:
-    """Release, best effort: a lease that cannot be given back lapses by itself."""
-    with contextlib.suppress(Exception):
-        if isinstance(lease, _Local):
+    """Release, best effort, never blocking an event loop nor waiting on a stopped one
+    (a finalizer runs wherever the collector does): a lease whose release cannot go
+    out is given up in this process (`Lease.give_up`) and lapses in the database."""
+    if isinstance(lease, _Local):
+        lease.release()
+        return
+    runner = lease.runner
+    home = getattr(runner, "loop", None) if getattr(runner, "is_async", False) else None
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    with contextlib.suppress(Exception):  # it lapses by itself
+        if home is None and getattr(runner, "is_async", False):
+            lease.give_up()  # an async runner that never ran: nothing to reach it with
+        elif home is None and running is None:
             lease.release()
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is None:
-            lease.release()
-        else:  # on an event loop: the release goes out as a task of it
-            task = loop.create_task(lease.arelease())
+        elif home is None and running is not None:
+            running.run_in_executor(None, lease.release)
+        elif home is running and running is not None:
+            task = running.create_task(lease.arelease())
             _PENDING.add(task)
             task.add_done_callback(_PENDING.discard)
+        elif home is not None and home.is_running():
+            asyncio.run_coroutine_threadsafe(lease.arelease(), home)
+        else:
+            lease.give_up()
 
 
 _PENDING: set[asyncio.Task[None]] = set()

@@ -29,6 +29,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.stores.held import Fence, current_fence, holding
+from langgraph_resilience.stores.leases import abandon
 from langgraph_resilience.stores.postgres import PersistenceError, first_line
 
 __all__ = [
@@ -65,7 +66,10 @@ async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None
 def _write_failed(config: RunnableConfig, exc: BaseException) -> PersistenceError:
     """A checkpoint write the server dropped (a restart, a failover): typed, redacted,
     and saying what to do. Nothing after the thread's last checkpoint was saved, and
-    the ledger keeps every effect's outcome, so resuming the thread completes it."""
+    the ledger keeps every effect's outcome, so resuming the thread completes it. The
+    run ends here, so its lease of the thread is given up in this process (a release
+    cannot reach a database that is gone): the resume takes the thread at once."""
+    abandon(_thread_of(config))
     return PersistenceError(
         f"writing a checkpoint of thread {_thread_of(config)!r} failed: {first_line(exc)}; "
         "nothing after its last checkpoint was saved: resume the thread (resume / aresume) "

@@ -43,10 +43,33 @@ from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
 from langgraph_resilience.stores import lease_sql
 from langgraph_resilience.stores.postgres import PersistenceError, SetupTimeoutError, first_line
 
-__all__ = ["Lease", "LeaseRunner", "acquire", "ensure_schema", "holder_prefix"]
+__all__ = ["Lease", "LeaseRunner", "abandon", "acquire", "ensure_schema", "holder_prefix"]
 
 _REAL = SystemClock()
 """Renewals run on real time: the lease lapses on the database's clock."""
+
+_LIVE: dict[str, str] = {}
+"""This process's holders still in use (holder -> thread), from before their
+acquisition until they are given back or given up: a holder of this process missing
+here is dead, and its lease is taken over at once (`acquire`)."""
+_LIVE_GUARD = threading.Lock()
+
+
+def _live(holder: str, thread_id: str | None) -> None:
+    with _LIVE_GUARD:
+        if thread_id is None:
+            _LIVE.pop(holder, None)
+        else:
+            _LIVE[holder] = thread_id
+
+
+def abandon(thread_id: str) -> None:
+    """This process's runs on `thread_id` are over though their leases may still stand
+    (a checkpoint write failed with the database gone, so no release can reach it):
+    the next runner of this process takes the thread over at once."""
+    with _LIVE_GUARD:
+        for holder in [h for h, t in _LIVE.items() if t == thread_id]:
+            del _LIVE[holder]
 
 
 class LeaseRunner(Protocol):
@@ -189,15 +212,25 @@ class Lease:
             except Exception:  # once more, then let it lapse
                 continue
 
-    def release(self) -> None:
-        """Stop renewing and give the lease back."""
+    def give_up(self) -> None:
+        """Stop renewing and count the lease dead in this process, without a statement:
+        it lapses in the database, and this process takes the thread over at once."""
         if self._stop is not None:
             self._stop.set()
+        _live(self.holder, None)
+
+    def release(self) -> None:
+        """Stop renewing and give the lease back (given up here even if the statement
+        cannot reach the database)."""
+        if self._stop is not None:
+            self._stop.set()
+        _live(self.holder, None)
         drive(self._released(), _REAL)
 
     async def arelease(self) -> None:
         """Async `release`."""
         task, self._task = self._task, None
+        _live(self.holder, None)
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -243,6 +276,24 @@ def acquire(
     bound = wait_seconds(wait)
     holder = f"{holder_prefix()}:{uuid.uuid4().hex[:12]}"
     params = {"thread_id": thread_id, "holder": holder, "ttl": ttl, "dead": None}
+    _live(holder, thread_id)  # before the statement: it may take the lease unanswered
+    try:
+        return (yield from _acquiring(runner, params, bound=bound, clock=clock, where=where))
+    except BaseException:
+        _live(holder, None)
+        raise
+
+
+def _acquiring(
+    runner: LeaseRunner,
+    params: dict[str, Any],
+    *,
+    bound: float | None,
+    clock: Clock,
+    where: str,
+) -> Flow[Lease]:
+    """`acquire`'s loop: ask, and ask again, until taken, refused for good, or failed."""
+    thread_id, holder, ttl = str(params["thread_id"]), str(params["holder"]), params["ttl"]
     started: float = yield Call(clock.monotonic)
     attempt, failures, created = 0, 0, False
     while True:
@@ -268,7 +319,7 @@ def acquire(
         row = rows[0] if rows else None
         if row is not None and row["token"] is not None:
             return Lease(thread_id, int(row["token"]), str(row["db"]), holder, ttl, runner, where)
-        if row is not None and row["holder"] != params["dead"] and _died_here(row["holder"]):
+        if row is not None and row["holder"] != params["dead"] and _gone(row["holder"]):
             params["dead"] = row["holder"]  # take it over now, not when it lapses
             continue
         now: float = yield Call(clock.monotonic)
@@ -280,14 +331,18 @@ def acquire(
         yield Sleep(poll_delay(attempt, expires_in=expires_in, left=left))
 
 
-def _died_here(holder: str | None) -> bool:
-    """Whether `holder` was a process of this host that no longer runs (a crashed run:
-    its lease need not lapse first). Safe if wrong: the takeover's greater token fences
-    whatever a holder still alive would write."""
+def _gone(holder: str | None) -> bool:
+    """Whether `holder` is known dead: one of this process's that was given back or
+    given up (`abandon`), or a process of this host that no longer runs (a crashed
+    run): its lease need not lapse first. Safe if wrong: the takeover's greater token
+    fences whatever a holder still alive would write."""
     host, _, rest = (holder or "").partition(":")
     pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+    if host != socket.gethostname() or not pid.isdigit():
         return False
+    if int(pid) == os.getpid():
+        with _LIVE_GUARD:
+            return holder not in _LIVE
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
