@@ -27,7 +27,7 @@ from typing import Any
 
 from .contenders import CONTENDERS
 from .faults import DEFAULT_MIXES, MIXES
-from .replay import ID_STYLES
+from .replay import BEHAVIOURS, ID_STYLES
 from .report import aggregate, table, write
 from .runner import TaskResult, Unit, cached_suite, failed_unit, run_unit
 from .suites import SUITES, verify_side_effects
@@ -44,6 +44,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mix", nargs="+", choices=sorted(MIXES), default=list(DEFAULT_MIXES))
     p.add_argument("--contenders", nargs="+", choices=list(CONTENDERS), default=list(CONTENDERS))
     p.add_argument("--ids", nargs="+", choices=ID_STYLES, default=list(ID_STYLES))
+    p.add_argument(
+        "--behaviour",
+        nargs="+",
+        choices=BEHAVIOURS,
+        default=list(BEHAVIOURS),
+        help="the replay model: re-issue a failed call blindly, or read before re-issuing",
+    )
     p.add_argument("--limit", type=int, default=None, help="only each suite's first N tasks")
     p.add_argument(
         "--llm-seconds",
@@ -63,11 +70,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def units_of(args: argparse.Namespace) -> list[Unit]:
     return [
-        Unit(suite, seed, mix, ids, tuple(args.contenders), args.limit, args.llm_seconds)
+        Unit(suite, seed, mix, ids, tuple(args.contenders), args.limit, args.llm_seconds, behaviour)
         for suite in args.suites
         for seed in range(args.seeds)
         for mix in args.mix
         for ids in args.ids
+        for behaviour in args.behaviour
     ]
 
 

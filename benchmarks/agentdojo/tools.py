@@ -47,6 +47,10 @@ class Attempt:
     """Its result reached the caller (no fault, no error of its own)."""
     error: str | None = None
     """The function's own exception, if it raised one."""
+    changed: bool = False
+    """The run changed the environment (its dump differs before and after). Measured
+    for side-effecting functions only: a repeat that changes nothing (an idempotent
+    write run again) is a repeat, not a duplicate effect."""
 
 
 class Sandbox:
@@ -88,6 +92,8 @@ class Sandbox:
         if fault in BEFORE_EXECUTION:
             self._log(Attempt(function.name, key, number, fault, ran=False, delivered=False))
             raise make_error(fault, suite=self.suite.name, function=function.name)
+        watch = env is not None and function.name in self.suite.side_effects
+        before = env.model_dump() if watch and env is not None else None
         try:
             result, _ = self.runtime.run_function(env, function.name, args, raise_on_error=True)
         except Exception as exc:
@@ -95,10 +101,11 @@ class Sandbox:
                 Attempt(function.name, key, number, fault, False, False, f"{type(exc).__name__}")
             )
             raise
+        changed = before is not None and env is not None and env.model_dump() != before
         if fault is not None:  # commit_timeout: the effect is in the environment
-            self._log(Attempt(function.name, key, number, fault, ran=True, delivered=False))
+            self._log(Attempt(function.name, key, number, fault, True, False, changed=changed))
             raise make_error(fault, suite=self.suite.name, function=function.name)
-        self._log(Attempt(function.name, key, number, None, ran=True, delivered=True))
+        self._log(Attempt(function.name, key, number, None, True, True, changed=changed))
         return tool_result_to_str(result)
 
     def _log(self, attempt: Attempt) -> None:
