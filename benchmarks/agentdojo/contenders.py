@@ -1,4 +1,4 @@
-"""The five ways to build the agent, each as its own documentation tells a user to.
+"""The six ways to build the agent, each as its own documentation tells a user to.
 
 Why this module exists: the evaluation compares frameworks, so each contender must
 be built the way its users build it, and nothing more. All get the same replay
@@ -21,6 +21,10 @@ model, the same tools (over their own `Sandbox`) and an ``InMemorySaver``:
   ToolProfile(side_effect=True)}, clock=FakeClock())`` (one clock per conversation) with the suite's
   `SIDE_EFFECTS`; no ``status_check`` (nothing can tell whether a lost send went
   through).
+- ``declared``: ``resilient`` with the writes that are idempotent by nature on
+  AgentDojo's environments (`suites.IDEMPOTENT`) declared
+  ``ToolProfile(side_effect=True, safe_repeat="idempotent")``; nothing here
+  deduplicates by key, so no write is ``by_key``.
 - ``middleware``: ours for ``create_agent`` users, as the README shows:
   ``create_agent(model, tools, middleware=[ResilienceMiddleware(policy=...,
   profiles=..., clock=...)], checkpointer=InMemorySaver())``, with the same policy
@@ -51,6 +55,8 @@ from langgraph_resilience import (
     add_resilience,
 )
 from langgraph_resilience.testing import FakeClock
+
+from .suites import IDEMPOTENT
 
 Builder = Callable[[BaseChatModel, Sequence[BaseTool], frozenset[str], FakeClock], Any]
 """(model, tools, side-effecting tool names, the conversation's virtual clock) -> a
@@ -137,10 +143,37 @@ def build_middleware(
     return create_agent(model, list(tools), middleware=[middleware], checkpointer=InMemorySaver())
 
 
+def build_declared(
+    model: BaseChatModel, tools: Sequence[BaseTool], side_effects: frozenset[str], clock: FakeClock
+) -> Any:
+    """``resilient`` with each write declared as the service allows: over these HTTP
+    services nothing deduplicates by key, so only the idempotent-by-nature writes
+    (`suites.IDEMPOTENT`) get ``safe_repeat="idempotent"``; the rest stay plain."""
+    idempotent = frozenset().union(*IDEMPOTENT.values())
+    builder = StateGraph(State)
+    builder.add_node("agent", _agent_node(model, tools))
+    add_resilience(
+        builder,
+        agent="agent",
+        tools=tools,
+        policy=ResiliencePolicy(max_attempts=3),
+        profiles={
+            t.name: ToolProfile(
+                side_effect=True, safe_repeat="idempotent" if t.name in idempotent else None
+            )
+            for t in tools
+            if t.name in side_effects
+        },
+        clock=clock,
+    )
+    return builder.compile(checkpointer=InMemorySaver())
+
+
 CONTENDERS: Mapping[str, Builder] = {
     "toolnode": build_toolnode,
     "toolnode_retry": build_toolnode_retry,
     "create_agent": build_create_agent,
     "resilient": build_resilient,
     "middleware": build_middleware,
+    "declared": build_declared,
 }
