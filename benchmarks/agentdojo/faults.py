@@ -115,8 +115,38 @@ MIXES: Mapping[str, Mix] = {
             "e=0.15 per attempt; read timeout after commit only",
         ),
         Mix("clean", 0.0, {}, "no faults (validates the replay model and the grading)"),
+        Mix(
+            "mcp_refusals",
+            RATE,
+            {"mcp_refused": 1, "closed_before": 1},
+            "MCP, e=0.15 per attempt; JSON-RPC error response, session closed before "
+            "sending, 1:1 (nothing ran)",
+        ),
+        Mix(
+            "mcp_transient",
+            RATE,
+            {"mcp_refused": 1, "closed_before": 1, "dropped_before": 1},
+            "MCP, e=0.15 per attempt; the MCP refusals + connection dropped before the "
+            "tool ran (ambiguous, not done), 1:1:1",
+        ),
+        Mix(
+            "mcp_transient+commit",
+            RATE,
+            {"mcp_refused": 1, "closed_before": 1, "dropped_before": 1, "dropped_after": 3},
+            "MCP, e=0.15 per attempt; mcp_transient 1:1:1 + connection dropped after the "
+            "tool ran 3 (half the faults)",
+        ),
+        Mix(
+            "mcp_commit",
+            RATE,
+            {"dropped_after": 1},
+            "MCP, e=0.15 per attempt; connection dropped after the tool ran only",
+        ),
     )
 }
+MCP_MIXES = frozenset(m for m in MIXES if m.startswith("mcp_"))
+"""Mixes whose kinds are played by the MCP relay (`mcp_transport`), ``--transport mcp``."""
+MCP_DEFAULT_MIXES: tuple[str, ...] = ("mcp_refusals", "mcp_transient", "mcp_transient+commit")
 DEFAULT_MIXES: tuple[str, ...] = ("refusals", "transient", "transient+commit", "commit", "clean")
 
 

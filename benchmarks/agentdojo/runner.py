@@ -28,6 +28,7 @@ the history). Failing to build a contender fails all its tasks the same way.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -42,7 +43,7 @@ from agentdojo.functions_runtime import FunctionCall
 from langgraph_resilience.testing import FakeClock
 
 from .checks import CHECKS
-from .contenders import CONTENDERS
+from .contenders import CONTENDERS, OURS
 from .faults import MIXES
 from .replay import Behaviour, IdStyle, ReplayChatModel, text_of
 from .suites import Suite, TaskSpec, grade, load_suite
@@ -64,6 +65,9 @@ class Unit:
     """Virtual seconds each model call takes (see `ReplayChatModel.seconds_per_call`)."""
     behaviour: Behaviour = "blind"
     """How the replay model meets a failed call (see `replay.plan`)."""
+    transport: str = "http"
+    """``http``: tools call the functions in process, faults raised as httpx errors;
+    ``mcp``: the functions served over a real MCP session (`mcp_transport`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,6 +106,8 @@ class _Conversation:
     app: Any
     config: dict[str, Any]
     build_error: str | None = None
+    host: Any = None
+    """The conversation's `mcp_transport.McpHost` (``--transport mcp``)."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -177,11 +183,21 @@ def _start(unit: Unit, suite: Suite, contender: str) -> _Conversation:
     )
     thread = f"{unit.suite}-{unit.seed}-{unit.mix}-{unit.ids}-{unit.behaviour}-{contender}"
     config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+    host = None
     try:
-        app = CONTENDERS[contender](model, make_tools(sandbox), suite.side_effects, clock)
+        if unit.transport == "mcp":
+            from .mcp_transport import McpHost, load_tools  # noqa: PLC0415 - MCP only
+
+            host = McpHost(sandbox)
+            tools = load_tools(host, ours=contender in OURS)
+        else:
+            tools = make_tools(sandbox)
+        app = CONTENDERS[contender](
+            model, tools, suite.side_effects, clock, transport=unit.transport
+        )
     except Exception as exc:
-        return _Conversation(contender, sandbox, model, None, config, _describe(exc))
-    return _Conversation(contender, sandbox, model, app, config)
+        return _Conversation(contender, sandbox, model, None, config, _describe(exc), host)
+    return _Conversation(contender, sandbox, model, app, config, None, host)
 
 
 def run_task(conv: _Conversation, unit: Unit, spec: TaskSpec) -> TaskResult:
@@ -192,10 +208,12 @@ def run_task(conv: _Conversation, unit: Unit, spec: TaskSpec) -> TaskResult:
     messages: Sequence[BaseMessage] = []
     if conv.app is not None:
         config = {**conv.config, "recursion_limit": 60 + 12 * len(spec.calls)}
+        request = {"messages": [HumanMessage(spec.prompt)]}
         try:
-            messages = conv.app.invoke({"messages": [HumanMessage(spec.prompt)]}, config)[
-                "messages"
-            ]
+            if conv.host is not None:  # MCP tools are async: run the graph async
+                messages = asyncio.run(conv.app.ainvoke(request, config))["messages"]
+            else:
+                messages = conv.app.invoke(request, config)["messages"]
         except Exception as exc:
             raised = _describe(exc)
             try:
@@ -251,7 +269,12 @@ def run_unit(unit: Unit) -> list[TaskResult]:
     suite = cached_suite(unit.suite)
     tasks = suite.tasks if unit.limit is None else suite.tasks[: unit.limit]
     conversations = [_start(unit, suite, c) for c in unit.contenders]
-    return [run_task(conv, unit, spec) for spec in tasks for conv in conversations]
+    try:
+        return [run_task(conv, unit, spec) for spec in tasks for conv in conversations]
+    finally:
+        for conv in conversations:
+            if conv.host is not None:
+                conv.host.close()
 
 
 def failed_unit(unit: Unit, exc: BaseException) -> list[TaskResult]:
