@@ -9,8 +9,9 @@ faults and the agent's replay are ours. Run ``python -m benchmarks.agentdojo
 ``benchmarks/README.md``, section "External evaluation: AgentDojo".
 
 Modules: `suites` (AgentDojo's tasks and grading, side-effect lists), `faults`
-(the deterministic fault model), `tools` (the functions as LangChain tools over
-a mutable environment), `replay` (the replay chat model), `contenders` (the four
+(the deterministic fault model), `checks` (how a careful agent checks a lost
+write with a read), `tools` (the functions as LangChain tools over
+a mutable environment), `replay` (the replay chat model), `contenders` (the six
 graphs), `runner` (conversations and per-task measures), `report` (aggregation,
 table, JSON), `__main__` (the command line).
 """

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .contenders import CONTENDERS
-from .faults import DEFAULT_MIXES, MIXES
-from .replay import ID_STYLES
+from .faults import DEFAULT_MIXES, MCP_DEFAULT_MIXES, MCP_MIXES, MIXES
+from .replay import BEHAVIOURS, ID_STYLES
 from .report import aggregate, table, write
 from .runner import TaskResult, Unit, cached_suite, failed_unit, run_unit
 from .suites import SUITES, verify_side_effects
@@ -41,9 +41,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="1 seed, the banking suite only")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..K-1 (default 5)")
     p.add_argument("--suites", nargs="+", choices=SUITES, default=None)
-    p.add_argument("--mix", nargs="+", choices=sorted(MIXES), default=list(DEFAULT_MIXES))
+    p.add_argument(
+        "--mix",
+        nargs="+",
+        choices=sorted(MIXES),
+        default=None,
+        help=f"default: {' '.join(DEFAULT_MIXES)} (http), {' '.join(MCP_DEFAULT_MIXES)} (mcp)",
+    )
     p.add_argument("--contenders", nargs="+", choices=list(CONTENDERS), default=list(CONTENDERS))
     p.add_argument("--ids", nargs="+", choices=ID_STYLES, default=list(ID_STYLES))
+    p.add_argument(
+        "--transport",
+        choices=("http", "mcp"),
+        default="http",
+        help="mcp: serve the functions over a real MCP session (use the mcp_* mixes)",
+    )
+    p.add_argument(
+        "--behaviour",
+        nargs="+",
+        choices=BEHAVIOURS,
+        default=list(BEHAVIOURS),
+        help="the replay model: re-issue a failed call blindly, or read before re-issuing",
+    )
     p.add_argument("--limit", type=int, default=None, help="only each suite's first N tasks")
     p.add_argument(
         "--llm-seconds",
@@ -58,16 +77,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.seeds = 1
         args.suites = args.suites or list(QUICK_SUITES)
     args.suites = args.suites or list(SUITES)
+    if args.mix is None:
+        args.mix = list(MCP_DEFAULT_MIXES if args.transport == "mcp" else DEFAULT_MIXES)
+    wrong = [m for m in args.mix if (m in MCP_MIXES) != (args.transport == "mcp") and m != "clean"]
+    if wrong:
+        p.error(f"mixes {wrong} do not fit --transport {args.transport} (mcp_* mixes: mcp)")
     return args
 
 
 def units_of(args: argparse.Namespace) -> list[Unit]:
     return [
-        Unit(suite, seed, mix, ids, tuple(args.contenders), args.limit, args.llm_seconds)
+        Unit(
+            suite,
+            seed,
+            mix,
+            ids,
+            tuple(args.contenders),
+            args.limit,
+            args.llm_seconds,
+            behaviour,
+            args.transport,
+        )
         for suite in args.suites
         for seed in range(args.seeds)
         for mix in args.mix
         for ids in args.ids
+        for behaviour in args.behaviour
     ]
 
 

@@ -1,4 +1,4 @@
-"""The five ways to build the agent, each as its own documentation tells a user to.
+"""The six ways to build the agent, each as its own documentation tells a user to.
 
 Why this module exists: the evaluation compares frameworks, so each contender must
 be built the way its users build it, and nothing more. All get the same replay
@@ -21,6 +21,12 @@ model, the same tools (over their own `Sandbox`) and an ``InMemorySaver``:
   ToolProfile(side_effect=True)}, clock=FakeClock())`` (one clock per conversation) with the suite's
   `SIDE_EFFECTS`; no ``status_check`` (nothing can tell whether a lost send went
   through).
+- ``declared``: ``resilient`` with the writes that are idempotent by nature on
+  AgentDojo's environments (`suites.IDEMPOTENT`) declared
+  ``ToolProfile(side_effect=True, safe_repeat="idempotent")``; nothing here
+  deduplicates by key over HTTP, so no write is ``by_key`` there; over MCP
+  (``--transport mcp``) the host deduplicates by ``_meta.idempotency_key``, so
+  every write is ``by_key``.
 - ``middleware``: ours for ``create_agent`` users, as the README shows:
   ``create_agent(model, tools, middleware=[ResilienceMiddleware(policy=...,
   profiles=..., clock=...)], checkpointer=InMemorySaver())``, with the same policy
@@ -33,7 +39,7 @@ a `FakeClock` (Retry-After included).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -52,7 +58,9 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.testing import FakeClock
 
-Builder = Callable[[BaseChatModel, Sequence[BaseTool], frozenset[str], FakeClock], Any]
+from .suites import IDEMPOTENT
+
+Builder = Callable[..., Any]
 """(model, tools, side-effecting tool names, the conversation's virtual clock) -> a
 compiled graph with a checkpointer. Only ``resilient`` has a notion of time to give
 the clock to; the others never wait (their delays are 0)."""
@@ -68,7 +76,7 @@ def _agent_node(model: BaseChatModel, tools: Sequence[BaseTool]) -> Callable[[An
     return agent
 
 
-def build_toolnode(model: BaseChatModel, tools: Sequence[BaseTool], *_: Any) -> Any:
+def build_toolnode(model: BaseChatModel, tools: Sequence[BaseTool], *_: Any, **__: Any) -> Any:
     builder = StateGraph(MessagesState)
     builder.add_node("agent", _agent_node(model, tools))
     builder.add_node("tools", ToolNode(list(tools), handle_tool_errors=True))
@@ -78,7 +86,9 @@ def build_toolnode(model: BaseChatModel, tools: Sequence[BaseTool], *_: Any) -> 
     return builder.compile(checkpointer=InMemorySaver())
 
 
-def build_toolnode_retry(model: BaseChatModel, tools: Sequence[BaseTool], *_: Any) -> Any:
+def build_toolnode_retry(
+    model: BaseChatModel, tools: Sequence[BaseTool], *_: Any, **__: Any
+) -> Any:
     builder = StateGraph(MessagesState)
     builder.add_node("agent", _agent_node(model, tools))
     builder.add_node(
@@ -92,7 +102,7 @@ def build_toolnode_retry(model: BaseChatModel, tools: Sequence[BaseTool], *_: An
     return builder.compile(checkpointer=InMemorySaver())
 
 
-def build_create_agent(model: BaseChatModel, tools: Sequence[BaseTool], *_: Any) -> Any:
+def build_create_agent(model: BaseChatModel, tools: Sequence[BaseTool], *_: Any, **__: Any) -> Any:
     from langchain.agents import create_agent  # noqa: PLC0415 - heavy, only when chosen
     from langchain.agents.middleware import ToolRetryMiddleware  # noqa: PLC0415
 
@@ -109,7 +119,11 @@ class State(MessagesState, ResilienceState):
 
 
 def build_resilient(
-    model: BaseChatModel, tools: Sequence[BaseTool], side_effects: frozenset[str], clock: FakeClock
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    side_effects: frozenset[str],
+    clock: FakeClock,
+    **_: Any,
 ) -> Any:
     builder = StateGraph(State)
     builder.add_node("agent", _agent_node(model, tools))
@@ -125,7 +139,11 @@ def build_resilient(
 
 
 def build_middleware(
-    model: BaseChatModel, tools: Sequence[BaseTool], side_effects: frozenset[str], clock: FakeClock
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    side_effects: frozenset[str],
+    clock: FakeClock,
+    **_: Any,
 ) -> Any:
     from langchain.agents import create_agent  # noqa: PLC0415 - heavy, only when chosen
 
@@ -137,10 +155,51 @@ def build_middleware(
     return create_agent(model, list(tools), middleware=[middleware], checkpointer=InMemorySaver())
 
 
+def build_declared(
+    model: BaseChatModel,
+    tools: Sequence[BaseTool],
+    side_effects: frozenset[str],
+    clock: FakeClock,
+    transport: str = "http",
+) -> Any:
+    """``resilient`` with each write declared as the service allows: over these HTTP
+    services nothing deduplicates by key, so only the idempotent-by-nature writes
+    (`suites.IDEMPOTENT`) get ``safe_repeat="idempotent"``; the rest stay plain. Over
+    MCP the host deduplicates by ``_meta.idempotency_key``, so every write is
+    ``by_key``."""
+    idempotent = frozenset().union(*IDEMPOTENT.values())
+
+    def repeat(name: str) -> Literal["by_key", "idempotent"] | None:
+        if transport == "mcp":
+            return "by_key"
+        return "idempotent" if name in idempotent else None
+
+    builder = StateGraph(State)
+    builder.add_node("agent", _agent_node(model, tools))
+    add_resilience(
+        builder,
+        agent="agent",
+        tools=tools,
+        policy=ResiliencePolicy(max_attempts=3),
+        profiles={
+            t.name: ToolProfile(side_effect=True, safe_repeat=repeat(t.name))
+            for t in tools
+            if t.name in side_effects
+        },
+        clock=clock,
+    )
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+OURS = frozenset({"resilient", "middleware", "declared"})
+"""The contenders built on this package (over MCP their tools come from
+`aload_mcp_tools`, which sends each side effect's key in ``_meta``)."""
+
 CONTENDERS: Mapping[str, Builder] = {
     "toolnode": build_toolnode,
     "toolnode_retry": build_toolnode_retry,
     "create_agent": build_create_agent,
     "resilient": build_resilient,
     "middleware": build_middleware,
+    "declared": build_declared,
 }

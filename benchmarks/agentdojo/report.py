@@ -20,7 +20,7 @@ from typing import Any
 
 from .runner import TaskResult
 
-METRICS = ("success", "duplicates", "missed", "llm_calls", "tool_executions", "raised")
+METRICS = ("success", "duplicates", "repeats", "missed", "llm_calls", "tool_executions", "raised")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,6 +39,7 @@ class Row:
     contender: str
     mix: str
     ids: str
+    behaviour: str
     seeds: int
     tasks: int
     """Tasks per seed."""
@@ -46,27 +47,28 @@ class Row:
 
 
 def aggregate(results: Iterable[TaskResult]) -> list[Row]:
-    """One `Row` per (contender, mix, ids), in first-seen order."""
-    groups: dict[tuple[str, str, str], dict[int, list[TaskResult]]] = defaultdict(
+    """One `Row` per (contender, mix, ids, behaviour), in first-seen order."""
+    groups: dict[tuple[str, str, str, str], dict[int, list[TaskResult]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in results:
-        groups[r.contender, r.mix, r.ids][r.seed].append(r)
+        groups[r.contender, r.mix, r.ids, r.behaviour][r.seed].append(r)
     rows = []
-    for (contender, mix, ids), by_seed in groups.items():
+    for (contender, mix, ids, behaviour), by_seed in groups.items():
         per_seed: dict[str, list[float]] = defaultdict(list)
         for seed_results in by_seed.values():
             per_seed["success"].append(
                 100.0 * sum(r.success for r in seed_results) / len(seed_results)
             )
             per_seed["duplicates"].append(sum(r.duplicates for r in seed_results))
+            per_seed["repeats"].append(sum(r.repeats for r in seed_results))
             per_seed["missed"].append(sum(r.missed for r in seed_results))
             per_seed["llm_calls"].append(sum(r.llm_calls for r in seed_results))
             per_seed["tool_executions"].append(sum(r.tool_executions for r in seed_results))
             per_seed["raised"].append(sum(r.raised is not None for r in seed_results))
         tasks = len(next(iter(by_seed.values())))
         stats = {m: Stat.of(per_seed[m]) for m in METRICS}
-        rows.append(Row(contender, mix, ids, len(by_seed), tasks, stats))
+        rows.append(Row(contender, mix, ids, behaviour, len(by_seed), tasks, stats))
     return rows
 
 
@@ -76,17 +78,20 @@ def _cell(stat: Stat, digits: int = 0) -> str:
     return f"{stat.mean:.{digits}f} ({stat.low:.{digits}f}-{stat.high:.{digits}f})"
 
 
-HEADER = ("contender", "ids", "success %", "dup effects", "missed", "LLM", "execs", "raised")
-WIDTHS = (14, 11, 18, 13, 13, 6, 6, 9)
+HEADER = ("contender", "ids", "success %", "dup eff", "repeats", "missed", "LLM", "execs", "raised")
+WIDTHS = (14, 11, 18, 9, 9, 11, 5, 5, 7)
 
 
 def table(rows: Sequence[Row]) -> str:
-    """The compact text table (<= 100 columns), one block per mix."""
+    """The compact text table (<= 100 columns), one block per mix and behaviour."""
     lines = []
-    for mix in dict.fromkeys(r.mix for r in rows):
-        block = [r for r in rows if r.mix == mix]
+    for mix, behaviour in dict.fromkeys((r.mix, r.behaviour) for r in rows):
+        block = [r for r in rows if r.mix == mix and r.behaviour == behaviour]
         first = block[0]
-        lines.append(f"mix {mix}: {first.tasks} tasks x {first.seeds} seed(s); mean (min-max)")
+        lines.append(
+            f"mix {mix}, {behaviour} model: {first.tasks} tasks x {first.seeds} seed(s); "
+            "mean (min-max)"
+        )
         lines.append(" ".join(h.ljust(w) for h, w in zip(HEADER, WIDTHS, strict=True)).rstrip())
         for r in block:
             s = r.stats
@@ -95,6 +100,7 @@ def table(rows: Sequence[Row]) -> str:
                 r.ids,
                 _cell(s["success"], 1),
                 _cell(s["duplicates"]),
+                _cell(s["repeats"]),
                 _cell(s["missed"]),
                 f"{s['llm_calls'].mean:.0f}",
                 f"{s['tool_executions'].mean:.0f}",
@@ -108,16 +114,16 @@ def table(rows: Sequence[Row]) -> str:
 def markdown(rows: Sequence[Row]) -> str:
     """The same numbers as a Markdown table (for benchmarks/README.md)."""
     out = [
-        "| mix | contender | ids | success % | duplicate effects | missed calls "
-        "| LLM calls | tool executions | runs raised |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| mix | model | contender | ids | success % | duplicate effects | repeats "
+        "| missed calls | LLM calls | tool executions | runs raised |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         s = r.stats
         out.append(
-            f"| {r.mix} | {r.contender} | {r.ids} | {_cell(s['success'], 1)} "
-            f"| {_cell(s['duplicates'])} | {_cell(s['missed'])} | {_cell(s['llm_calls'])} "
-            f"| {_cell(s['tool_executions'])} | {_cell(s['raised'])} |"
+            f"| {r.mix} | {r.behaviour} | {r.contender} | {r.ids} | {_cell(s['success'], 1)} "
+            f"| {_cell(s['duplicates'])} | {_cell(s['repeats'])} | {_cell(s['missed'])} "
+            f"| {_cell(s['llm_calls'])} | {_cell(s['tool_executions'])} | {_cell(s['raised'])} |"
         )
     return "\n".join(out) + "\n"
 
@@ -133,6 +139,7 @@ def write(out: pathlib.Path, results: Sequence[TaskResult], meta: Mapping[str, A
                 "contender": r.contender,
                 "mix": r.mix,
                 "ids": r.ids,
+                "behaviour": r.behaviour,
                 "seeds": r.seeds,
                 "tasks_per_seed": r.tasks,
                 **{m: dataclasses.asdict(st) for m, st in r.stats.items()},

@@ -10,9 +10,10 @@ task's fresh environment; after it, AgentDojo grades the task with its own
 pre/post environments (`suites.grade`) and `measure` counts, from the sandbox's
 attempt log:
 
-- duplicate effects: runs of a side-effecting function, with given arguments, that
+- repeats: runs of a side-effecting function, with given arguments, that
   completed (commit-timeout runs included) beyond the number of times the
-  reference calls make that call;
+  reference calls make that call; duplicate effects: those repeats that changed
+  the environment again (an idempotent write run twice is a repeat only);
 - missed calls: reference calls never done: for a side-effecting function, no run
   completed (a commit-timeout run counts: its effect is in); for a read, no
   result reached the agent;
@@ -27,6 +28,7 @@ the history). Failing to build a contender fails all its tasks the same way.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -40,9 +42,10 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from agentdojo.functions_runtime import FunctionCall
 from langgraph_resilience.testing import FakeClock
 
-from .contenders import CONTENDERS
+from .checks import CHECKS
+from .contenders import CONTENDERS, OURS
 from .faults import MIXES
-from .replay import IdStyle, ReplayChatModel, text_of
+from .replay import Behaviour, IdStyle, ReplayChatModel, text_of
 from .suites import Suite, TaskSpec, grade, load_suite
 from .tools import Attempt, Sandbox, make_tools
 
@@ -60,6 +63,11 @@ class Unit:
     """Run only the suite's first `limit` tasks."""
     llm_seconds: float = 0.0
     """Virtual seconds each model call takes (see `ReplayChatModel.seconds_per_call`)."""
+    behaviour: Behaviour = "blind"
+    """How the replay model meets a failed call (see `replay.plan`)."""
+    transport: str = "http"
+    """``http``: tools call the functions in process, faults raised as httpx errors;
+    ``mcp``: the functions served over a real MCP session (`mcp_transport`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,8 +78,12 @@ class TaskResult:
     ids: str
     contender: str
     task: str
+    behaviour: str
     success: bool
     duplicates: int
+    """Repeated runs of a side effect that changed the environment again."""
+    repeats: int
+    """Runs of a side effect beyond the reference's count (changing or not)."""
     missed: int
     llm_calls: int
     tool_executions: int
@@ -94,6 +106,8 @@ class _Conversation:
     app: Any
     config: dict[str, Any]
     build_error: str | None = None
+    host: Any = None
+    """The conversation's `mcp_transport.McpHost` (``--transport mcp``)."""
 
 
 def _describe(exc: BaseException) -> str:
@@ -107,18 +121,30 @@ def cached_suite(name: str) -> Suite:
 
 def measure(
     spec: TaskSpec, attempts: Sequence[Attempt], side_effects: frozenset[str]
-) -> tuple[int, int]:
-    """(duplicate effects, missed reference calls) of one task; see the module."""
+) -> tuple[int, int, int]:
+    """(duplicate effects, repeats, missed reference calls) of one task; see the module.
+
+    Runs of one side-effecting call (function + arguments) are taken in order: the
+    first as many as the reference makes are intended, the rest are *repeats*; a
+    repeat that changed the environment is a *duplicate effect* (an idempotent
+    write run again changes nothing: a repeat, not a duplicate)."""
     reference = Counter((c.function, c.key) for c in spec.calls)
-    completed = Counter((a.function, a.key) for a in attempts if a.ran)
     done = Counter(
         (a.function, a.key)
         for a in attempts
         if a.delivered or (a.ran and a.function in side_effects)
     )
-    duplicates = sum(max(0, n - reference[k]) for k, n in completed.items() if k[0] in side_effects)
+    seen: Counter[tuple[str, str]] = Counter()
+    duplicates = repeats = 0
+    for a in attempts:
+        if not a.ran or a.function not in side_effects:
+            continue
+        seen[a.function, a.key] += 1
+        if seen[a.function, a.key] > reference[a.function, a.key]:
+            repeats += 1
+            duplicates += a.changed
     missed = sum(max(0, n - done[k]) for k, n in reference.items())
-    return duplicates, missed
+    return duplicates, repeats, missed
 
 
 def error_type(message: ToolMessage) -> str:
@@ -150,16 +176,28 @@ def _start(unit: Unit, suite: Suite, contender: str) -> _Conversation:
     model = ReplayChatModel(
         tasks={t.prompt: t for t in suite.tasks},
         id_style=unit.ids,
+        behaviour=unit.behaviour,
+        checks=CHECKS[unit.suite],
         clock=clock,
         seconds_per_call=unit.llm_seconds,
     )
-    thread = f"{unit.suite}-{unit.seed}-{unit.mix}-{unit.ids}-{contender}"
+    thread = f"{unit.suite}-{unit.seed}-{unit.mix}-{unit.ids}-{unit.behaviour}-{contender}"
     config: dict[str, Any] = {"configurable": {"thread_id": thread}}
+    host = None
     try:
-        app = CONTENDERS[contender](model, make_tools(sandbox), suite.side_effects, clock)
+        if unit.transport == "mcp":
+            from .mcp_transport import McpHost, load_tools  # noqa: PLC0415 - MCP only
+
+            host = McpHost(sandbox)
+            tools = load_tools(host, ours=contender in OURS)
+        else:
+            tools = make_tools(sandbox)
+        app = CONTENDERS[contender](
+            model, tools, suite.side_effects, clock, transport=unit.transport
+        )
     except Exception as exc:
-        return _Conversation(contender, sandbox, model, None, config, _describe(exc))
-    return _Conversation(contender, sandbox, model, app, config)
+        return _Conversation(contender, sandbox, model, None, config, _describe(exc), host)
+    return _Conversation(contender, sandbox, model, app, config, None, host)
 
 
 def run_task(conv: _Conversation, unit: Unit, spec: TaskSpec) -> TaskResult:
@@ -170,10 +208,12 @@ def run_task(conv: _Conversation, unit: Unit, spec: TaskSpec) -> TaskResult:
     messages: Sequence[BaseMessage] = []
     if conv.app is not None:
         config = {**conv.config, "recursion_limit": 60 + 12 * len(spec.calls)}
+        request = {"messages": [HumanMessage(spec.prompt)]}
         try:
-            messages = conv.app.invoke({"messages": [HumanMessage(spec.prompt)]}, config)[
-                "messages"
-            ]
+            if conv.host is not None:  # MCP tools are async: run the graph async
+                messages = asyncio.run(conv.app.ainvoke(request, config))["messages"]
+            else:
+                messages = conv.app.invoke(request, config)["messages"]
         except Exception as exc:
             raised = _describe(exc)
             try:
@@ -197,7 +237,7 @@ def run_task(conv: _Conversation, unit: Unit, spec: TaskSpec) -> TaskResult:
         except Exception as exc:
             grade_error = _describe(exc)
     attempts = list(conv.sandbox.attempts)
-    duplicates, missed = measure(spec, attempts, conv.sandbox.suite.side_effects)
+    duplicates, repeats, missed = measure(spec, attempts, conv.sandbox.suite.side_effects)
     return TaskResult(
         suite=unit.suite,
         seed=unit.seed,
@@ -205,8 +245,10 @@ def run_task(conv: _Conversation, unit: Unit, spec: TaskSpec) -> TaskResult:
         ids=unit.ids,
         contender=conv.contender,
         task=spec.id,
+        behaviour=unit.behaviour,
         success=success,
         duplicates=duplicates,
+        repeats=repeats,
         missed=missed,
         llm_calls=conv.model.calls - llm_before,
         tool_executions=len(attempts),
@@ -227,7 +269,12 @@ def run_unit(unit: Unit) -> list[TaskResult]:
     suite = cached_suite(unit.suite)
     tasks = suite.tasks if unit.limit is None else suite.tasks[: unit.limit]
     conversations = [_start(unit, suite, c) for c in unit.contenders]
-    return [run_task(conv, unit, spec) for spec in tasks for conv in conversations]
+    try:
+        return [run_task(conv, unit, spec) for spec in tasks for conv in conversations]
+    finally:
+        for conv in conversations:
+            if conv.host is not None:
+                conv.host.close()
 
 
 def failed_unit(unit: Unit, exc: BaseException) -> list[TaskResult]:
@@ -242,8 +289,10 @@ def failed_unit(unit: Unit, exc: BaseException) -> list[TaskResult]:
             ids=unit.ids,
             contender=contender,
             task=spec.id,
+            behaviour=unit.behaviour,
             success=False,
             duplicates=0,
+            repeats=0,
             missed=len(spec.calls),
             llm_calls=0,
             tool_executions=0,

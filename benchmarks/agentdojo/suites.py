@@ -82,6 +82,23 @@ SIDE_EFFECTS: Mapping[str, frozenset[str]] = {
 }
 """Functions meant to change the environment, by intent (read from their docstrings)."""
 
+IDEMPOTENT: Mapping[str, frozenset[str]] = {
+    "banking": frozenset({"update_password", "update_user_info", "update_scheduled_transaction"}),
+    "slack": frozenset(),
+    "travel": frozenset({"reserve_hotel", "reserve_car_rental", "reserve_restaurant"}),
+    "workspace": frozenset({"share_file"}),
+}
+"""Side effects that are idempotent by nature on AgentDojo's environments: they *set*
+fields (a password, the user's address, a scheduled transaction's fields, the one
+reservation, a file's permission for one address), so running one twice leaves
+the environment as running it once (checked in tests/bench by running every
+reference call twice). Not listed, and why: ``send_*``, ``create_*``,
+``schedule_transaction``, ``append_to_file`` and ``add_*`` add a record each time;
+``invite_user_to_slack``, ``delete_*`` and ``remove_user_from_slack`` refuse a
+second run with an error (the agent would read it as a failure);
+``reschedule_calendar_event`` and ``cancel_calendar_event`` mail the participants
+each time; ``post_webpage`` appends to the web request log."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RefCall:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.tools import BaseTool, StructuredTool
@@ -47,6 +48,10 @@ class Attempt:
     """Its result reached the caller (no fault, no error of its own)."""
     error: str | None = None
     """The function's own exception, if it raised one."""
+    changed: bool = False
+    """The run changed the environment (its dump differs before and after). Measured
+    for side-effecting functions only: a repeat that changes nothing (an idempotent
+    write run again) is a repeat, not a duplicate effect."""
 
 
 class Sandbox:
@@ -71,12 +76,14 @@ class Sandbox:
             self.attempts = []
             self._numbers.clear()
 
-    def call(self, function: Function[Any, Any], args: dict[str, Any]) -> str:
+    def draw(
+        self, function: Function[Any, Any], args: Mapping[str, Any]
+    ) -> tuple[str, int, str | None]:
+        """(canonical key, attempt number, fault) of a new attempt of this call."""
         key = canonical_key(function, args)
         with self._lock:
             self._numbers[function.name, key] += 1
             number = self._numbers[function.name, key]
-            env = self.env
         fault = self.mix.draw(
             seed=self.seed,
             suite=self.suite.name,
@@ -85,9 +92,38 @@ class Sandbox:
             key=key,
             attempt=number,
         )
+        return key, number, fault
+
+    def call(self, function: Function[Any, Any], args: dict[str, Any]) -> str:
+        """One attempt over the HTTP-like transport: draw its fault, raise it as the
+        real client error, before or after running the function as the kind says."""
+        key, number, fault = self.draw(function, args)
         if fault in BEFORE_EXECUTION:
-            self._log(Attempt(function.name, key, number, fault, ran=False, delivered=False))
+            self.unrun(function.name, key, number, fault)
             raise make_error(fault, suite=self.suite.name, function=function.name)
+        result = self.execute(function, args, key, number, fault)
+        if fault is not None:  # commit_timeout: the effect is in the environment
+            raise make_error(fault, suite=self.suite.name, function=function.name)
+        return result
+
+    def unrun(self, function: str, key: str, number: int, fault: str) -> None:
+        """Log an attempt that failed before reaching the function."""
+        self._log(Attempt(function, key, number, fault, ran=False, delivered=False))
+
+    def execute(
+        self,
+        function: Function[Any, Any],
+        args: dict[str, Any],
+        key: str,
+        number: int,
+        fault: str | None,
+    ) -> str:
+        """Run the function on the task's environment and log it (`fault`: the answer
+        will be lost on the way back); its own error is raised as is."""
+        with self._lock:
+            env = self.env
+        watch = env is not None and function.name in self.suite.side_effects
+        before = env.model_dump() if watch and env is not None else None
         try:
             result, _ = self.runtime.run_function(env, function.name, args, raise_on_error=True)
         except Exception as exc:
@@ -95,10 +131,9 @@ class Sandbox:
                 Attempt(function.name, key, number, fault, False, False, f"{type(exc).__name__}")
             )
             raise
-        if fault is not None:  # commit_timeout: the effect is in the environment
-            self._log(Attempt(function.name, key, number, fault, ran=True, delivered=False))
-            raise make_error(fault, suite=self.suite.name, function=function.name)
-        self._log(Attempt(function.name, key, number, None, ran=True, delivered=True))
+        changed = before is not None and env is not None and env.model_dump() != before
+        delivered = fault is None
+        self._log(Attempt(function.name, key, number, fault, True, delivered, changed=changed))
         return tool_result_to_str(result)
 
     def _log(self, attempt: Attempt) -> None:

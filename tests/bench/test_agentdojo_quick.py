@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.agentdojo.__main__ import main, self_check  # noqa: E402
 from benchmarks.agentdojo.contenders import CONTENDERS  # noqa: E402
 from benchmarks.agentdojo.faults import MIXES  # noqa: E402
-from benchmarks.agentdojo.replay import ID_STYLES  # noqa: E402
+from benchmarks.agentdojo.replay import BEHAVIOURS, ID_STYLES  # noqa: E402
 from benchmarks.agentdojo.runner import Unit, cached_suite, run_unit  # noqa: E402
 from benchmarks.agentdojo.suites import verify_side_effects  # noqa: E402
 
@@ -97,11 +97,12 @@ def test_self_check_passes() -> None:
 def test_quick_command_runs_and_writes_json(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--quick", "--limit", "4", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    argv = ["--quick", "--limit", "4", "--jobs", "1", "--mix", "transient+commit", "refusals"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "transient+commit" in printed
     assert max(len(line) for line in printed.splitlines()) <= 100
     payload = json.loads((tmp_path / "agentdojo-eval.json").read_text())
-    rows = {(r["contender"], r["mix"], r["ids"]) for r in payload["rows"]}
-    assert len(rows) == len(CONTENDERS) * 2 * len(ID_STYLES)
+    rows = {(r["contender"], r["mix"], r["ids"], r["behaviour"]) for r in payload["rows"]}
+    assert len(rows) == len(CONTENDERS) * 2 * len(ID_STYLES) * len(BEHAVIOURS)
     assert len(payload["results"]) == 4 * len(rows)
