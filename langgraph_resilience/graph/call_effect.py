@@ -127,9 +127,11 @@ def looked_since_unknown(
 ) -> bool:
     """Whether, in the current task, the agent was told that a call with this `key`
     (tool + canonical arguments) has an unknown outcome and has since read the world:
-    a read tool it called after that answer (in a later assistant message) answered
-    without error. A later "unknown" answer for the same call starts over, so every
-    re-issue must be preceded by its own look.
+    a read tool it called after that answer (in a later assistant message) answered,
+    with a result or with the service's own refusal (an error such as "not found"
+    says what is there; a transport failure says nothing: `_answered`). A later "unknown"
+    answer for the same call starts over, so every re-issue must be preceded by its
+    own look.
 
     `messages` ends before the assistant message that re-issues the call."""
     start = next(
@@ -151,14 +153,30 @@ def looked_since_unknown(
         call = calls.get(message.tool_call_id)
         if call is None:
             continue
-        if message.status == "error":
+        answered = message.status != "error"
+        if not answered:
             error = tool_error_of(message)
-            unknown = error is not None and error.failure_class is FailureClass.UNKNOWN
-            if unknown and call_key(call["name"], call["args"], noise_fields=noise) == key:
+            kind = None if error is None else error.failure_class
+            if (
+                kind is FailureClass.UNKNOWN
+                and call_key(call["name"], call["args"], noise_fields=noise) == key
+            ):
                 told_at, looked = index, False
-        elif told_at is not None and asked_at > told_at and is_read(call["name"]):
+                continue
+            answered = _answered(error)  # the service's own "not found" says what is there
+        if answered and told_at is not None and asked_at > told_at and is_read(call["name"]):
             looked = True
     return looked
+
+
+def _answered(error: Any) -> bool:
+    """Whether a read's error is the service's answer, not a failure to reach it: not
+    transient, not structural (gone), not a timeout or a maybe-executed drop."""
+    if error is None:
+        return False
+    transport = error.failure_class in (FailureClass.TRANSIENT, FailureClass.STRUCTURAL)
+    context = error.context or {}
+    return not (transport or context.get("timeout") or context.get("maybe_executed"))
 
 
 def _item_keys(call: ToolCall, effect: Effect) -> tuple[str, ...] | None:

@@ -385,6 +385,8 @@ def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: st
         threshold=cfg.loop_threshold(call["name"]),
         failures=failures,
         failed=failed,
+        changed=count > 0 and _written_since(cfg, [*(batch.task.get("recent") or []), *mine], key),
+        is_write=lambda seen: _is_write(cfg, seen),
     )
     batch.seen[key] = batch.seen.get(key, 0) + 1
     mine.append(key)
@@ -394,6 +396,21 @@ def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: st
     total = count + 1 + failures
     batch.preflight.append(Preflight(loop_error(call, key, loop, total), "loop", key, slot=slot))
     return True
+
+
+def _is_write(cfg: ToolSettings, key: str) -> bool:
+    """Whether a call key's tool is a side effect."""
+    profile = cfg.profiles.get(key.rpartition(":")[0])
+    return profile is not None and profile.side_effect
+
+
+def _written_since(cfg: ToolSettings, recent: Sequence[str], key: str) -> bool:
+    """Whether `key` is a read and a side effect was issued after its last identical
+    call among the `recent` issued keys (or at all among them, once it fell out)."""
+    if _is_write(cfg, key):
+        return False
+    last = max((i for i, seen in enumerate(recent) if seen == key), default=-1)
+    return any(_is_write(cfg, seen) for seen in recent[last + 1 :])
 
 
 def _avoid_gone(

@@ -76,11 +76,18 @@ class Shop:
             return json.dumps(self.order(order_id))
 
         @tool
+        def get_refund(order_id: int) -> str:
+            """The refund of a cancelled order."""
+            if order_id not in self.cancelled:
+                raise ValueError(f"no refund for order {order_id}: it is not cancelled")
+            return json.dumps({"order_id": order_id, "refund": "issued"})
+
+        @tool
         def list_products() -> str:
             """The catalogue."""
             return "[]"
 
-        return [cancel_order, get_order, list_products]
+        return [cancel_order, get_order, get_refund, list_products]
 
 
 def _call(name: str, **args: Any) -> AIMessage:
@@ -137,6 +144,57 @@ def test_an_informed_re_issue_runs_under_the_earlier_key(entry: str, runner: Run
     assert shop.keys == [shop.keys[0]] * 2
 
 
+def test_a_check_after_a_write_is_not_a_repeated_read(entry: str, runner: Runner) -> None:
+    """Read, read, write (its answer lost after it landed), read: the third identical
+    read is the agent checking a world the write may have changed, not a loop."""
+    shop = Shop(faults=["after"])
+    script = [
+        _call("get_order", order_id=1),
+        _call("get_order", order_id=1),
+        _call("cancel_order", order_id=1),
+        _call("get_order", order_id=1),
+        text("cancelled"),
+    ]
+    answers = _run(entry, runner, shop, script, CANCEL)
+    assert [m.status for m in answers] == ["success", "success", "error", "success"]
+    assert '"cancelled"' in str(answers[3].content)
+    assert shop.cancelled == [1]
+
+
+def test_write_check_write_check_is_not_alternation(entry: str, runner: Runner) -> None:
+    """Write (lost before the service saw it), read, write (informed: it runs, and its
+    answer is lost after it landed), read: checking after each unknown outcome is an
+    agent at work, whichever call opened the pattern; the effect happened once."""
+    shop = Shop(faults=["before", "after"])
+    script = [
+        _call("cancel_order", order_id=1),
+        _call("get_order", order_id=1),
+        _call("cancel_order", order_id=1),
+        _call("get_order", order_id=1),
+        text("cancelled"),
+    ]
+    answers = _run(entry, runner, shop, script, CANCEL)
+    assert [m.status for m in answers] == ["error", "success", "error", "success"]
+    assert '"cancelled"' in str(answers[3].content)
+    assert shop.cancelled == [1]
+
+
+def test_a_read_that_says_not_found_is_a_look(entry: str, runner: Runner) -> None:
+    """The check's answer is the service's own refusal ("no refund: not cancelled"), an
+    error that still says what is there: the re-issue is informed, so it runs."""
+    shop = Shop(faults=["before"])
+    script = [
+        _call("cancel_order", order_id=1),
+        _call("get_refund", order_id=1),
+        _call("cancel_order", order_id=1),
+        text("cancelled"),
+    ]
+    answers = _run(entry, runner, shop, script, CANCEL)
+    assert [m.status for m in answers] == ["error", "error", "success"]
+    assert "not cancelled" in str(answers[1].content)
+    assert shop.cancelled == [1]
+
+
 def test_a_blind_re_issue_is_not_run(entry: str, runner: Runner) -> None:
     """An immediate re-issue, without looking, of a call whose effect may have happened
     is answered, not run: the envelope says how to check."""
@@ -191,7 +249,7 @@ def test_status_from_reconciles_with_the_agents_own_read(entry: str, runner: Run
     """A one-line status check from the agent's read tool finds the lost cancel done:
     the call is answered from the read, nothing runs twice."""
     shop = Shop(faults=["after"])
-    _, get_order, _ = shop.tools()
+    _, get_order, *_ = shop.tools()
     check = status_from(get_order, done=lambda order, args: order["status"] == "cancelled")
     profiles = {"cancel_order": ToolProfile(side_effect=True, status_check=check)}
     script = [_call("cancel_order", order_id=1), text("cancelled")]
