@@ -130,12 +130,16 @@ class Lease:
 
     def _checked(self) -> Flow[None]:
         """The fence check: one statement, sent again once on a broken connection; a
-        database that still does not answer counts as lost (the run stops, resumes later)."""
+        database that still does not answer counts as lost (the run stops, resumes later).
+        A lease still held but near its end (a step slowed by load outlasted the
+        renewals) is renewed on the spot: only one taken over or lapsed is lost."""
         if self.lost:
             raise self._lost()
         for attempt in (1, 2):
             try:
                 rows = yield self._statement(lease_sql.CHECK, margin=check_margin(self.ttl))
+                if not rows:
+                    rows = yield self._statement(lease_sql.RENEW, ttl=self.ttl)
             except psycopg.OperationalError:
                 if attempt == 2:
                     raise self._lost() from None

@@ -134,6 +134,26 @@ def test_a_lease_whose_process_died_is_taken_over_at_once(pg_route: str) -> None
     fresh.release()
 
 
+def test_a_check_near_the_end_of_a_held_lease_renews_it(pg_route: str, pg_dsn: str) -> None:
+    """A step slowed past the renewals finds its lease still held but with less than a
+    third of its TTL left: the check renews it instead of stopping the run."""
+    lease = take(pg_route, "tn")
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE lgr_thread_leases SET expires_at = now() + interval '2 seconds' "
+            "WHERE thread_id = 'tn'"
+        )
+        lease.check()
+        row = conn.execute(
+            "SELECT EXTRACT(EPOCH FROM expires_at - now()) FROM lgr_thread_leases "
+            "WHERE thread_id = 'tn'"
+        ).fetchone()
+    assert row is not None
+    assert float(row[0]) > 20  # a whole TTL again
+    assert not lease.lost
+    lease.release()
+
+
 def test_release_by_a_stale_token_does_nothing(pg_route: str, pg_dsn: str) -> None:
     """The old holder's release after a takeover leaves the new holder's lease alone."""
     stale = take(pg_route, "t")
