@@ -515,7 +515,8 @@ def _give_up(
         step.seen[loop_key] = step.seen.get(loop_key, 0) - 1
         step.failed[loop_key] = step.failed.get(loop_key, 0) + 1
     unknown = error.context.get("idempotency_key") or record.get("effect_key")
-    if error.failure_class is FailureClass.UNKNOWN and unknown:
+    pending = error.failure_class is FailureClass.UNKNOWN or error.context.get("maybe_executed")
+    if pending and unknown:  # its intent stays open: the agent was told it may have run
         step.informed[str(unknown)] = str(step.task.get("id", ""))
     if skip is not None:
         call = ToolCall(name=record["tool"], args={}, id=error.call_id, type="tool_call")

@@ -34,8 +34,8 @@ _REQUEST = httpx.Request("POST", "https://shop.example/v1/orders/cancel")
 class Shop:
     """An order service that deduplicates nothing unless asked to: `faults` says what
     each attempt of ``cancel_order`` meets (``refused``: a 503, nothing done;
-    ``before``: the read times out and the service never saw it; ``after``: cancelled,
-    then the answer is lost)."""
+    ``before``: the read times out and the service never saw it; ``after``: cancelled
+    (or, deduplicating, answered from its record), then the answer is lost)."""
 
     faults: list[str | None] = dataclasses.field(default_factory=list)
     dedupes: bool = False
@@ -51,11 +51,10 @@ class Shop:
             raise FakeHTTPError(503)
         if fault == "before":
             raise httpx.ReadTimeout("timed out", request=_REQUEST)
-        if self.dedupes and key in self.done_keys:
-            return self.done_keys[key]
-        self.cancelled.append(order_id)
-        if key is not None:
-            self.done_keys[key] = "cancelled"
+        if not (self.dedupes and key in self.done_keys):
+            self.cancelled.append(order_id)
+            if key is not None:
+                self.done_keys[key] = "cancelled"
         if fault == "after":
             raise httpx.ReadTimeout("timed out", request=_REQUEST)
         return "cancelled"
@@ -221,6 +220,40 @@ def test_a_lost_answer_is_sent_again_under_the_same_key_by_key(entry: str, runne
     assert shop.cancelled == [1]
     assert len(shop.keys) == 2
     assert shop.keys[0] == shop.keys[1]
+
+
+def test_a_new_request_after_a_resent_re_issue_runs(entry: str, runner: Runner) -> None:
+    """By key: every attempt's answer is lost, the agent re-issues, the re-issue is sent
+    under the first key (the service answers from its record). In the next task the
+    user asks for the same effect anew: it runs, under a new key. The two intents the
+    re-issue answered are one effect, not two done that the thread no longer shows."""
+    shop = Shop(faults=["after"] * 3, dedupes=True)
+    profiles = {"cancel_order": ToolProfile(side_effect=True, safe_repeat="by_key")}
+    script = [
+        _call("cancel_order", order_id=1),
+        _call("cancel_order", order_id=1),
+        text("cancelled"),
+        _call("cancel_order", order_id=1),
+        text("cancelled again"),
+    ]
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    if entry == "graph":
+        agent = build_graph(shop.tools(), script, profiles=profiles).app
+    else:
+        middleware = ResilienceMiddleware(profiles=profiles, clock=FakeClock())
+        agent = create_agent(
+            ScriptedChatModel(responses=script),
+            shop.tools(),
+            middleware=[middleware],
+            checkpointer=InMemorySaver(),
+        )
+    runner.invoke(agent, {"messages": [("user", "cancel order 1")]}, config)
+    out = runner.invoke(agent, {"messages": [("user", "cancel order 1 again")]}, config)
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in answers] == ["error", "success", "success"]
+    assert "earlier run" not in str(answers[2].content)
+    assert shop.cancelled == [1, 1]
+    assert len(set(shop.keys)) == 2
 
 
 def test_an_idempotent_effect_is_retried_like_a_read(entry: str, runner: Runner) -> None:
