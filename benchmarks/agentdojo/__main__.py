@@ -52,9 +52,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ids", nargs="+", choices=ID_STYLES, default=list(ID_STYLES))
     p.add_argument(
         "--transport",
-        choices=("http", "mcp"),
+        choices=("http", "http_keyed", "mcp"),
         default="http",
-        help="mcp: serve the functions over a real MCP session (use the mcp_* mixes)",
+        help="http_keyed: services that deduplicate by an Idempotency-Key header; "
+        "mcp: serve the functions over a real MCP session (use the mcp_* mixes)",
     )
     p.add_argument(
         "--behaviour",

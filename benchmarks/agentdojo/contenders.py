@@ -21,12 +21,13 @@ model, the same tools (over their own `Sandbox`) and an ``InMemorySaver``:
   ToolProfile(side_effect=True)}, clock=FakeClock())`` (one clock per conversation) with the suite's
   `SIDE_EFFECTS`; no ``status_check`` (nothing can tell whether a lost send went
   through).
-- ``declared``: ``resilient`` with the writes that are idempotent by nature on
-  AgentDojo's environments (`suites.IDEMPOTENT`) declared
-  ``ToolProfile(side_effect=True, safe_repeat="idempotent")``; nothing here
-  deduplicates by key over HTTP, so no write is ``by_key`` there; over MCP
-  (``--transport mcp``) the host deduplicates by ``_meta.idempotency_key``, so
-  every write is ``by_key``.
+- ``declared``: ``resilient`` with each write declared as the services allow. Over
+  plain HTTP nothing deduplicates by key, so only the writes that are idempotent by
+  nature on AgentDojo's environments (`suites.IDEMPOTENT`) are declared
+  ``ToolProfile(side_effect=True, safe_repeat="idempotent")``. Where the services
+  deduplicate by the key we send (``--transport http_keyed``: an
+  ``Idempotency-Key`` header; ``mcp``: ``_meta.idempotency_key``), every write is
+  ``safe_repeat="by_key"``.
 - ``middleware``: ours for ``create_agent`` users, as the README shows:
   ``create_agent(model, tools, middleware=[ResilienceMiddleware(policy=...,
   profiles=..., clock=...)], checkpointer=InMemorySaver())``, with the same policy
@@ -162,15 +163,15 @@ def build_declared(
     clock: FakeClock,
     transport: str = "http",
 ) -> Any:
-    """``resilient`` with each write declared as the service allows: over these HTTP
-    services nothing deduplicates by key, so only the idempotent-by-nature writes
-    (`suites.IDEMPOTENT`) get ``safe_repeat="idempotent"``; the rest stay plain. Over
-    MCP the host deduplicates by ``_meta.idempotency_key``, so every write is
-    ``by_key``."""
+    """``resilient`` with each write declared as the service allows: over plain HTTP
+    nothing deduplicates by key, so only the idempotent-by-nature writes
+    (`suites.IDEMPOTENT`) get ``safe_repeat="idempotent"``; the rest stay plain.
+    Where the services deduplicate by our key (``http_keyed``, ``mcp``), every write
+    is ``by_key``."""
     idempotent = frozenset().union(*IDEMPOTENT.values())
 
     def repeat(name: str) -> Literal["by_key", "idempotent"] | None:
-        if transport == "mcp":
+        if transport in ("http_keyed", "mcp"):
             return "by_key"
         return "idempotent" if name in idempotent else None
 

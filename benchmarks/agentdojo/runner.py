@@ -67,7 +67,9 @@ class Unit:
     """How the replay model meets a failed call (see `replay.plan`)."""
     transport: str = "http"
     """``http``: tools call the functions in process, faults raised as httpx errors;
-    ``mcp``: the functions served over a real MCP session (`mcp_transport`)."""
+    ``http_keyed``: the same services honouring an ``Idempotency-Key`` header
+    (`tools.Sandbox`); ``mcp``: the functions served over a real MCP session
+    (`mcp_transport`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -171,7 +173,7 @@ def _after_prompt(messages: Sequence[BaseMessage], prompt: str) -> list[BaseMess
 
 
 def _start(unit: Unit, suite: Suite, contender: str) -> _Conversation:
-    sandbox = Sandbox(suite, MIXES[unit.mix], unit.seed)
+    sandbox = Sandbox(suite, MIXES[unit.mix], unit.seed, keyed=unit.transport == "http_keyed")
     clock = FakeClock()
     model = ReplayChatModel(
         tasks={t.prompt: t for t in suite.tasks},

@@ -14,6 +14,12 @@ environment dependencies exactly as AgentDojo's own pipeline does. A function's
 own error (e.g. deleting a file that is gone) is raised as is; results are
 rendered with AgentDojo's ``tool_result_to_str`` (YAML), as its pipeline shows
 them to a model.
+
+With ``keyed=True`` the sandbox plays a service that honours an ``Idempotency-Key``
+header, as payment APIs do: a call that carries a key the service has already run
+gets that run's result back instead of a second run. A tool sends the key the
+package gives it (`current_idempotency_key()`, as the README tells a user to);
+tools of contenders that give none send no key and run every time.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from langchain_core.tools import BaseTool, StructuredTool
 
 from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
 from agentdojo.functions_runtime import Function, TaskEnvironment
+from langgraph_resilience import current_idempotency_key
 
 from .faults import BEFORE_EXECUTION, Mix, make_error
 from .suites import Suite, canonical_key
@@ -57,8 +64,11 @@ class Attempt:
 class Sandbox:
     """The environment and fault source for one contender's conversation."""
 
-    def __init__(self, suite: Suite, mix: Mix, seed: int) -> None:
+    def __init__(self, suite: Suite, mix: Mix, seed: int, *, keyed: bool = False) -> None:
         self.suite = suite
+        self.keyed = keyed
+        self._served: dict[str, str] = {}
+        """Idempotency key -> the result of the run it made (``keyed`` only)."""
         self.mix = mix
         self.seed = seed
         self.runtime = suite.runtime
@@ -75,6 +85,7 @@ class Sandbox:
             self.env = env
             self.attempts = []
             self._numbers.clear()
+            self._served.clear()
 
     def draw(
         self, function: Function[Any, Any], args: Mapping[str, Any]
@@ -94,14 +105,24 @@ class Sandbox:
         )
         return key, number, fault
 
-    def call(self, function: Function[Any, Any], args: dict[str, Any]) -> str:
+    def call(
+        self, function: Function[Any, Any], args: dict[str, Any], idempotency_key: str | None
+    ) -> str:
         """One attempt over the HTTP-like transport: draw its fault, raise it as the
-        real client error, before or after running the function as the kind says."""
+        real client error, before or after running the function as the kind says. A
+        keyed service answers a key it has run from its record (see the module)."""
         key, number, fault = self.draw(function, args)
         if fault in BEFORE_EXECUTION:
             self.unrun(function.name, key, number, fault)
             raise make_error(fault, suite=self.suite.name, function=function.name)
-        result = self.execute(function, args, key, number, fault)
+        served = self._served.get(idempotency_key) if idempotency_key else None
+        if served is not None:
+            self._log(Attempt(function.name, key, number, fault, False, fault is None))
+            result = served
+        else:
+            result = self.execute(function, args, key, number, fault)
+            if self.keyed and idempotency_key:
+                self._served[idempotency_key] = result
         if fault is not None:  # commit_timeout: the effect is in the environment
             raise make_error(fault, suite=self.suite.name, function=function.name)
         return result
@@ -142,11 +163,12 @@ class Sandbox:
 
 
 def make_tools(sandbox: Sandbox) -> list[BaseTool]:
-    """One ``StructuredTool`` per function of the suite, bound to `sandbox`."""
+    """One ``StructuredTool`` per function of the suite, bound to `sandbox`; each sends
+    the idempotency key the package gives it, if any (an ``Idempotency-Key`` header)."""
 
     def wrap(function: Function[Any, Any]) -> BaseTool:
         def run(**kwargs: Any) -> str:
-            return sandbox.call(function, kwargs)
+            return sandbox.call(function, kwargs, current_idempotency_key())
 
         return StructuredTool(
             name=function.name,

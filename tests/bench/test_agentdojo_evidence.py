@@ -66,7 +66,7 @@ def test_each_kind_raises_its_real_error_and_runs_the_function_as_it_says(kind: 
     sandbox.start_task(spec.id, spec.fresh_environment())
     before = len(sandbox.env.bank_account.transactions)  # type: ignore[union-attr]
     with pytest.raises(ERRORS[kind]) as caught:
-        sandbox.call(suite.functions["send_money"], dict(spec.calls[0].args))
+        sandbox.call(suite.functions["send_money"], dict(spec.calls[0].args), None)
     ran = len(sandbox.env.bank_account.transactions) > before  # type: ignore[union-attr]
     assert ran == (kind == "commit_timeout")
     assert sandbox.attempts[-1].ran == ran
