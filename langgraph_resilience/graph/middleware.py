@@ -56,7 +56,6 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
-from langgraph.graph.message import add_messages
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
@@ -79,7 +78,7 @@ from langgraph_resilience.graph.pending import AnswerPendingNode, route_entry
 from langgraph_resilience.graph.retry import RetryNode
 from langgraph_resilience.graph.router import next_step
 from langgraph_resilience.graph.run_lease import RUN_LEASES
-from langgraph_resilience.graph.state import ResilienceLedger, merge_ledger, read_ledger
+from langgraph_resilience.graph.state import ResilienceLedger, apply_update
 from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience.graph.wiring import check_profiles, recovery_nodes
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
@@ -228,7 +227,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             node = self._next_node(view)
             if not isinstance(node, ResilienceNode):
                 return _update(state, view, node)
-            view = _applied(view, (yield Call(node.run, node.arun, (view, config))))
+            view = apply_update(view, (yield Call(node.run, node.arun, (view, config))))
             if isinstance(node, RetryNode):  # as add_resilience's edge: retry -> tools
                 return _update(state, view, "tools")
         return _update(state, view, "tools")
@@ -352,19 +351,6 @@ def _new_input(state: Mapping[str, Any]) -> bool:
     call still unanswered was left by a run that stopped (`AnswerPendingNode`)."""
     messages = state.get("messages") or []
     return bool(messages) and isinstance(messages[-1], HumanMessage)
-
-
-def _applied(view: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """The state as the next recovery node sees it: `update` applied to `view`."""
-    new = dict(view)
-    for key, value in update.items():
-        if key == "resilience":
-            new[key] = merge_ledger(read_ledger(view), value)
-        elif key == "messages":
-            new[key] = add_messages(view.get("messages") or [], value)
-        else:
-            new[key] = value
-    return new
 
 
 def _update(

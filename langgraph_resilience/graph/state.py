@@ -23,8 +23,13 @@ the newer write), counters add up, and a delta naming a new task starts a fresh
 task section. Parallel writers in one super-step therefore never lose an
 update. A whole ledger (one that came out of `merge_ledger`, e.g. a subgraph's
 final state handed to its parent) carries a revision and *replaces* an older
-one instead of being added to it. Everything in it is plain JSON, so every
-LangGraph checkpointer stores it without custom serializers.
+one instead of being added to it. This module is the ledger's only algebra:
+`merge_ledger` (the reducer), `compose_deltas` (two deltas of one step as one,
+held by a property test to equal merging them in order) and `apply_update` (the
+state an update leaves, for recovery steps run inside one node).
+
+Everything in the ledger is plain JSON, so every LangGraph checkpointer stores it
+without custom serializers.
 
 The ledger is bounded: its size does not grow with the thread. A finished call
 (``ok``/``failed``) is answered by its `ToolMessage`, so nothing decides on its
@@ -43,10 +48,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal, NamedTuple, NotRequired
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolCall
+from langgraph.graph.message import add_messages
 from typing_extensions import TypedDict
 
 __all__ = [
@@ -63,7 +69,9 @@ __all__ = [
     "ResilienceLedger",
     "ResilienceState",
     "TaskLedger",
+    "apply_update",
     "call_slot",
+    "compose_deltas",
     "current_calls",
     "current_slots",
     "current_task",
@@ -298,11 +306,90 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
             held[key] = held.pop(key, 0) + int(count)  # re-inserted: the latest
         merged["held"] = _latest(held, HELD_KEYS)
     if update.get("gone"):
-        gone = dict(merged["gone"])
-        for tool, at in update["gone"].items():
-            gone[tool] = max(at, gone.get(tool, at))
-        merged["gone"] = gone
+        merged["gone"] = _later_gone(merged["gone"], update["gone"])
     return merged
+
+
+def compose_deltas(first: Ledger, then: Ledger) -> Ledger:
+    """Two deltas of one tools step (`then` written after `first`, as a retry inside the
+    step does) as the one delta the step writes: ``merge_ledger(L, compose_deltas(a,
+    b))`` equals ``merge_ledger(merge_ledger(L, a), b)`` but for the revision (a
+    property test holds it to that). Each section combines by `merge_ledger`'s rule."""
+    task_a, task_b = first.get("task") or {}, then.get("task") or {}
+    task: TaskLedger = {**task_a, **task_b}
+    task["tool_attempts"] = int(task_a.get("tool_attempts") or 0) + int(
+        task_b.get("tool_attempts") or 0
+    )
+    task["seen"] = _summed(task_a.get("seen") or {}, task_b.get("seen") or {})
+    task["failed"] = _summed(task_a.get("failed") or {}, task_b.get("failed") or {})
+    task["recent"] = [*(task_a.get("recent") or []), *(task_b.get("recent") or [])]
+    starts = [at for at in (task_a.get("started_at"), task_b.get("started_at")) if at is not None]
+    if starts:
+        task["started_at"] = min(starts)
+    delta: Ledger = {
+        "calls": _newer_calls(first.get("calls") or {}, then.get("calls") or {}),
+        "task": task,
+        "tool_attempts": int(first.get("tool_attempts") or 0) + int(then.get("tool_attempts") or 0),
+        "events": _summed(first.get("events") or {}, then.get("events") or {}),
+    }
+    done = _summed(first.get("done") or {}, then.get("done") or {})
+    if done:
+        delta["done"] = done
+        delta["message"] = then.get("message") or first.get("message") or ""
+    gone = _later_gone(first.get("gone") or {}, then.get("gone") or {})
+    if gone:
+        delta["gone"] = gone
+    informed = {**(first.get("informed") or {}), **(then.get("informed") or {})}
+    if informed:
+        delta["informed"] = informed
+    held = _summed(first.get("held") or {}, then.get("held") or {})
+    if held:
+        delta["held"] = held
+    return delta
+
+
+def apply_update(
+    state: Mapping[str, Any], update: Mapping[str, Any], messages_key: str = "messages"
+) -> dict[str, Any]:
+    """The state a node's `update` leaves, as the graph's reducers would make it: the
+    ledger merged, the messages added, any other key replaced. Recovery steps run in
+    one node read it instead of waiting for the graph to apply each update."""
+    new = dict(state)
+    for key, value in update.items():
+        if key == "resilience":
+            new[key] = merge_ledger(read_ledger(state), value)
+        elif key == messages_key:
+            new[key] = add_messages(list(state.get(key) or []), list(value or []))
+        else:
+            new[key] = value
+    return new
+
+
+def _newer_calls(
+    current: Mapping[str, CallRecord], delta: Mapping[str, CallRecord]
+) -> dict[str, CallRecord]:
+    """Call records with `delta`'s in: a call's record with the most attempts stands."""
+    calls = dict(current)
+    for slot, record in delta.items():
+        existing = calls.get(slot)
+        if existing is None or record["attempts"] >= existing["attempts"]:
+            calls[slot] = record
+    return calls
+
+
+def _later_gone(current: Mapping[str, float], delta: Mapping[str, float]) -> dict[str, float]:
+    """A tool's latest STRUCTURAL answer stands, whatever order the writes came in."""
+    gone = dict(current)
+    for tool, at in delta.items():
+        gone[tool] = max(at, gone.get(tool, at))
+    return gone
+
+
+def _summed(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    summed = dict(a)
+    for name, count in b.items():
+        summed[name] = summed.get(name, 0) + int(count)
+    return summed
 
 
 def _filled(current: Ledger | None) -> Ledger:
@@ -331,11 +418,7 @@ def _merge_calls(
     A finished record goes when it holds nothing to audit (a clean success) or when
     the delta records calls of another assistant message (its own message is done);
     unresolved records always stay."""
-    calls = dict(current)
-    for slot, record in delta.items():
-        existing = calls.get(slot)
-        if existing is None or record["attempts"] >= existing["attempts"]:
-            calls[slot] = record
+    calls = _newer_calls(current, delta)
     messages = {slot.rpartition(":")[0] for slot in delta}
     if message is not None:
         messages.add(message)

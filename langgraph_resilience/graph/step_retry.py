@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_core.messages import AnyMessage
-from langgraph.graph.message import add_messages
 from langgraph.types import Command
 
 from langgraph_resilience.core.decide import retry_in_step
 from langgraph_resilience.core.flow import Flow, Sleep
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.state import Ledger, TaskLedger, merge_ledger, read_ledger
+from langgraph_resilience.graph.state import Ledger, apply_update, compose_deltas
 from langgraph_resilience.graph.tool_batch import ToolSettings
 
 __all__ = ["retried_in_step"]
@@ -60,7 +59,7 @@ def retried_in_step(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
         backoffs += 1
         if seconds > 0:
             yield Sleep(seconds)
-        view = _applied(cfg, view, _parts(update)[1])
+        view = apply_update(view, _parts(update)[1], cfg.messages_key)
         again = yield from once(view)
         if again is None:
             break
@@ -92,15 +91,6 @@ def _short_wait(cfg: ToolSettings, total: Mapping[str, Any]) -> tuple[float, lis
     return wait, [call_id for due, call_id in dues if due - now <= wait]
 
 
-def _applied(cfg: ToolSettings, view: Mapping[str, Any], update: Mapping[str, Any]) -> Any:
-    """The state the next run of the step sees: `update` applied as the graph would."""
-    new = dict(view)
-    key = cfg.messages_key
-    new[key] = add_messages(list(view.get(key) or []), list(update.get(key) or []))
-    new["resilience"] = merge_ledger(read_ledger(view), update.get("resilience"))
-    return new
-
-
 def _parts(update: Update) -> tuple[list[Command[Any]], dict[str, Any]]:
     if isinstance(update, dict):
         return [], update
@@ -119,52 +109,7 @@ def _combined(cfg: ToolSettings, first: Update, then: Update) -> Update:
     commands_b, b = _parts(then)
     key = cfg.messages_key
     messages: list[AnyMessage] = [*(a.get(key) or []), *(b.get(key) or [])]
-    ledger = composed(_ledger_of(a), _ledger_of(b))
+    ledger = compose_deltas(_ledger_of(a), _ledger_of(b))
     merged: dict[str, Any] = {**a, **b, key: messages, "resilience": ledger}
     commands = [*commands_a, *commands_b]
     return [*commands, merged] if commands else merged
-
-
-def composed(first: Ledger, then: Ledger) -> Ledger:
-    """Two ledger deltas of one tools step (`_delta`'s, `then` settled after `first`, as
-    a retry inside the step does) as the one delta the step writes: a call's later
-    record stands, counters add up, the task's sections merge as the reducer would."""
-    calls = {**(first.get("calls") or {}), **(then.get("calls") or {})}
-    task_a, task_b = first.get("task") or {}, then.get("task") or {}
-    task: TaskLedger = {**task_a, **task_b}
-    task["tool_attempts"] = int(task_a.get("tool_attempts") or 0) + int(
-        task_b.get("tool_attempts") or 0
-    )
-    task["seen"] = _summed(task_a.get("seen") or {}, task_b.get("seen") or {})
-    task["failed"] = _summed(task_a.get("failed") or {}, task_b.get("failed") or {})
-    task["recent"] = [*(task_a.get("recent") or []), *(task_b.get("recent") or [])]
-    starts = [at for at in (task_a.get("started_at"), task_b.get("started_at")) if at is not None]
-    if starts:
-        task["started_at"] = min(starts)
-    delta: Ledger = {
-        "calls": calls,
-        "task": task,
-        "tool_attempts": int(first.get("tool_attempts") or 0) + int(then.get("tool_attempts") or 0),
-        "events": _summed(first.get("events") or {}, then.get("events") or {}),
-    }
-    done = _summed(first.get("done") or {}, then.get("done") or {})
-    if done:
-        delta["done"] = done
-        delta["message"] = then.get("message") or first.get("message") or ""
-    gone = {**(first.get("gone") or {}), **(then.get("gone") or {})}
-    if gone:
-        delta["gone"] = gone
-    informed = {**(first.get("informed") or {}), **(then.get("informed") or {})}
-    if informed:
-        delta["informed"] = informed
-    held = _summed(first.get("held") or {}, then.get("held") or {})
-    if held:
-        delta["held"] = held
-    return delta
-
-
-def _summed(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
-    summed = dict(a)
-    for name, count in b.items():
-        summed[name] = summed.get(name, 0) + int(count)
-    return summed

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from langgraph_resilience.graph.state import merge_ledger
-from langgraph_resilience.graph.step_retry import composed
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from langgraph_resilience.graph.state import compose_deltas, merge_ledger
 
 
 def _record(attempts: int, status: str, due: float | None = None) -> dict[str, Any]:
@@ -50,7 +52,7 @@ def _without_rev(ledger: Any) -> dict[str, Any]:
 
 
 def test_the_composed_delta_applies_as_the_two_in_order() -> None:
-    """merge(L, composed(a, b)) == merge(merge(L, a), b), on a ledger with history."""
+    """merge(L, compose_deltas(a, b)) == merge(merge(L, a), b), on a ledger with history."""
     before = merge_ledger(
         None,
         {
@@ -67,14 +69,14 @@ def test_the_composed_delta_applies_as_the_two_in_order() -> None:
     )
 
     in_order = merge_ledger(merge_ledger(before, FIRST), THEN)
-    at_once = merge_ledger(before, composed(FIRST, THEN))
+    at_once = merge_ledger(before, compose_deltas(FIRST, THEN))
 
     assert _without_rev(at_once) == _without_rev(in_order)
 
 
 def test_the_later_record_of_a_call_stands() -> None:
     """The retried call's record is its last run's; counters add up."""
-    delta = composed(FIRST, THEN)
+    delta = compose_deltas(FIRST, THEN)
 
     assert delta["calls"]["m1:0"]["attempts"] == 2
     assert delta["calls"]["m1:0"]["status"] == "failed"
@@ -83,3 +85,72 @@ def test_the_later_record_of_a_call_stands() -> None:
     assert delta["task"]["tool_attempts"] == 3
     assert delta["task"]["started_at"] == 10.0
     assert delta["events"] == {"attempt": 3, "retry_scheduled": 1, "gave_up": 1}
+
+
+# ---------------------------------------------------------------------------- property
+
+_KEYS = st.sampled_from([f"tool:{i}" for i in range(6)])
+_SLOTS = ["m1:0", "m1:1", "m1:2"]
+_STATUS = st.sampled_from(["scheduled", "repair", "ok", "failed"])
+
+
+def _sections(draw: st.DrawFn, calls: dict[str, Any], seen: Any, failed: Any) -> Any:
+    """A delta around its call records: task counters and loop-guard maps, the thread's
+    counters, and (sometimes) the effect and structural sections."""
+    task: dict[str, Any] = {"id": "t1", "tool_attempts": draw(st.integers(0, 3))}
+    task["seen"] = draw(st.dictionaries(_KEYS, seen, max_size=3))
+    task["failed"] = draw(st.dictionaries(_KEYS, failed, max_size=3))
+    task["recent"] = draw(st.lists(_KEYS, max_size=10))
+    if draw(st.booleans()):
+        task["started_at"] = draw(st.floats(0, 1e6, allow_nan=False))
+    delta: dict[str, Any] = {
+        "calls": calls,
+        "task": task,
+        "tool_attempts": draw(st.integers(0, 3)),
+        "events": draw(st.dictionaries(st.sampled_from(["attempt", "gave_up"]), st.integers(0, 3))),
+    }
+    optional = {
+        "gone": st.dictionaries(st.sampled_from(["geo", "map"]), st.floats(0, 1e6), min_size=1),
+        "informed": st.dictionaries(st.sampled_from(["k1", "k2"]), st.just("t1"), min_size=1),
+        "held": st.dictionaries(_KEYS, st.integers(1, 2), min_size=1, max_size=3),
+    }
+    for name, strategy in optional.items():
+        if draw(st.booleans()):
+            delta[name] = draw(strategy)
+    if draw(st.booleans()):
+        delta["done"] = {"ok": draw(st.integers(1, 2))}
+        delta["message"] = "m1"
+    return delta
+
+
+@st.composite
+def _step(draw: st.DrawFn) -> tuple[Any, Any, Any]:
+    """A ledger's history, and two deltas of one tools step as a retry inside it writes
+    them: the second run re-executes only calls the first scheduled, one attempt more;
+    it issues nothing (the loop guard's counts only go down, failures up)."""
+    old = {slot: _record(draw(st.integers(1, 3)), draw(_STATUS)) for slot in ("m0:0", "m0:1")}
+    history = _sections(draw, old, st.integers(1, 2), st.integers(0, 1))
+    first_calls = {
+        slot: _record(draw(st.integers(1, 3)), draw(_STATUS))
+        for slot in draw(st.lists(st.sampled_from(_SLOTS), unique=True, max_size=3))
+    }
+    first = _sections(draw, first_calls, st.integers(-1, 1), st.integers(0, 1))
+    then_calls = {
+        slot: _record(record["attempts"] + 1, draw(_STATUS))
+        for slot, record in first_calls.items()
+        if record["status"] == "scheduled" and draw(st.booleans())
+    }
+    then = _sections(draw, then_calls, st.just(-1), st.just(1))
+    return history, first, then
+
+
+@settings(deadline=None, max_examples=300)
+@given(step=_step())
+def test_composing_two_step_deltas_equals_applying_them_in_order(step: Any) -> None:
+    """For any ledger and two deltas of one tools step, applying the composed delta gives
+    the ledger applying the two in order gives (but for its revision)."""
+    history, first, then = step
+    before = merge_ledger(None, history)
+    in_order = merge_ledger(merge_ledger(before, first), then)
+    at_once = merge_ledger(before, compose_deltas(first, then))
+    assert _without_rev(at_once) == _without_rev(in_order)
