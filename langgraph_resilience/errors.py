@@ -9,24 +9,25 @@ Exception tree (the subclasses defined next to the code that raises them)::
     Exception
     ├── ResilienceError                 base of everything raised at run time
     │   ├── ToolFailure                 a tool raises it on purpose, carrying a ToolError
-    │   │   ├── BulkheadFullError       (breaker.py) no slot in a tool's bulkhead: TRANSIENT
-    │   │   └── McpReconnectingError    (mcp_sessions.py) a dropped MCP session's backoff
-    │   ├── RetryExhaustedError         .last_error: the final ToolError
-    │   ├── LoopDetectedError           .call_key: the repeated call
+    │   │   ├── BulkheadFullError       (bulkhead.py) no slot in a tool's bulkhead: TRANSIENT
+    │   │   ├── McpReconnectingError    (mcp_sessions.py) a dropped MCP session's backoff
+    │   │   ├── OutcomeUnknownError     (exactly_once.py) a side effect may have happened
+    │   │   └── EffectNotDone           (exactly_once.py) not done, no attempt left
     │   ├── OutputValidationError       .problems: why a "successful" result is wrong
     │   ├── CircuitOpenError            .retry_after: seconds until half-open
     │   │   └── McpServerDownError      .server, .tools: an MCP server's breaker is open
     │   ├── McpToolError                .content: an MCP tool answered ``isError: true``
     │   ├── ToolGoneError               .tool: answered STRUCTURAL earlier in the thread
-    │   ├── PlanError                   (replan.py) an unusable plan
+    │   ├── PlanError                   (plan/model.py) an unusable plan
     │   │   ├── PlanReferenceError      .reference: a $steps reference that cannot resolve
     │   │   └── PlanCycleError          .cycle: the steps that depend on each other
     │   ├── PersistenceError            (postgres.py) cannot open the store; DSN redacted
     │   │   └── SetupTimeoutError       (postgres.py) start-up setup waited too long, never hangs
     │   ├── LedgerUnavailableError      .operation: our own ledger failed; never the tool's
+    │   ├── StepNotSavedError           the step asking for a side effect was not saved
     │   ├── ThreadBusyError             another runner holds the thread
     │   │   └── ThreadLockLostError     this runner's lease lapsed or was taken over: it stopped
-    │   └── ThreadNotFoundError         (persistence.py) no checkpoint for the thread id
+    │   └── ThreadNotFoundError         (threads.py) no checkpoint for the thread id
     ├── TimeoutError
     │   └── AttemptAbandoned            .grace: tool_timeout gave up; it may still land
     ├── ValueError
@@ -49,7 +50,6 @@ __all__ = [
     "ConfigurationError",
     "FailureClass",
     "LedgerUnavailableError",
-    "LoopDetectedError",
     "McpServerDownError",
     "McpToolError",
     "OutputValidationError",
@@ -58,7 +58,6 @@ __all__ = [
     "ThreadBusyError",
     "ThreadLockLostError",
     "ToolGoneError",
-    "RetryExhaustedError",
     "ToolError",
     "ToolFailure",
 ]
@@ -148,24 +147,6 @@ class ToolFailure(ResilienceError):
         self.suggested_action = suggested_action
         self.retry_after_ms = retry_after_ms
         self.context = dict(context or {})
-
-
-class RetryExhaustedError(ResilienceError):
-    """A call ran out of attempts, of the thread's budget or of its deadline."""
-
-    def __init__(self, last_error: ToolError, reason: str) -> None:
-        super().__init__(f"{last_error.tool}: gave up ({reason}): {last_error.message}")
-        self.last_error = last_error
-        self.reason = reason
-
-
-class LoopDetectedError(ResilienceError):
-    """The same (tool, canonical args) was issued more often than the loop threshold."""
-
-    def __init__(self, call_key: str, count: int) -> None:
-        super().__init__(f"call {call_key} issued {count} times")
-        self.call_key = call_key
-        self.count = count
 
 
 class OutputValidationError(ResilienceError):

@@ -289,7 +289,7 @@ def mcp_server_tool(
     tool: BaseTool,
     *,
     profile: ToolProfile | None = None,
-    rules: Sequence[Rule] = DEFAULT_RULES,
+    rules: Sequence[Rule] = (),
     idempotency: IdempotencyStore | None = None,
 ) -> FastMCPTool:
     """`tool` as a FastMCP tool whose failures are ``isError`` results carrying our
@@ -301,7 +301,8 @@ def mcp_server_tool(
     again, and one arriving while the first still runs is refused (TRANSIENT, retry
     later). The keys live in `idempotency` (in this process by default; pass a
     durable store to keep them across restarts). So a client may declare the tool
-    ``ToolProfile(side_effect=True, safe_repeat="by_key")``.
+    ``ToolProfile(side_effect=True, safe_repeat="by_key")``. `rules` are tried before
+    the built-in table.
 
     >>> server = FastMCP("orders", tools=[mcp_server_tool(refund)])  # doctest: +SKIP
     """
@@ -347,7 +348,8 @@ async def _served(
     try:
         return await tool.ainvoke(arguments)
     except Exception as exc:
-        return refused(classify(exc, tool=tool.name, profile=profile, rules=rules))
+        table = (*rules, *DEFAULT_RULES)
+        return refused(classify(exc, tool=tool.name, profile=profile, rules=table))
 
 
 def _meta_key(context: Any) -> str | None:

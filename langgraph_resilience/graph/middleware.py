@@ -62,7 +62,7 @@ from langgraph.types import Command
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
-from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
+from langgraph_resilience.core.classify import Rule
 from langgraph_resilience.core.clock import Clock
 from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
@@ -142,7 +142,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             policy=policy,
             clock=clock,
             profiles=profiles,
-            rules=(*rules, *DEFAULT_RULES),
+            rules=rules,
             rng=rng,
             can_repair=repair_model is not None,
             can_escalate=escalate,

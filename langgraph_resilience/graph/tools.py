@@ -149,7 +149,7 @@ class GuardedToolNode(ResilienceNode):
         policy: ResiliencePolicy | None = None,
         clock: Clock | None = None,
         profiles: Mapping[str, ToolProfile] | None = None,
-        rules: Sequence[Rule] = DEFAULT_RULES,
+        rules: Sequence[Rule] = (),
         rng: random.Random | None = None,
         messages_key: str = "messages",
         can_repair: bool = False,
@@ -165,7 +165,8 @@ class GuardedToolNode(ResilienceNode):
         self.policy = policy or ResiliencePolicy()
         self.clock = clock or SystemClock()
         self.profiles = dict(profiles or {})
-        self.rules = tuple(rules)
+        self.rules = (*rules, *DEFAULT_RULES)
+        """Your rules, tried before the built-in table (as everywhere in the package)."""
         self.messages_key = messages_key
         self.guards = ToolGuards(
             policy=self.policy,

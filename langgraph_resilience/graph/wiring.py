@@ -30,7 +30,7 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
-from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
+from langgraph_resilience.core.classify import Rule
 from langgraph_resilience.core.clock import Clock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.policy import ResiliencePolicy
@@ -241,7 +241,7 @@ def add_resilience(
         policy=policy,
         clock=clock,
         profiles=profiles,
-        rules=(*rules, *DEFAULT_RULES),
+        rules=rules,
         rng=rng,
         messages_key=messages_key,
         can_repair=repair_model is not None,

@@ -13,6 +13,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_resilience import (
     AnswerPendingNode,
+    FailureClass,
     GuardedToolNode,
     RepairNode,
     ResilienceNode,
@@ -24,6 +25,7 @@ from langgraph_resilience import (
     route_after_agent,
     tool_error_of,
 )
+from langgraph_resilience.core.classify import Verdict
 from langgraph_resilience.testing import (
     FakeClock,
     Fault,
@@ -150,3 +152,52 @@ def test_every_prebuilt_node_is_a_resilience_node() -> None:
     node = GuardedToolNode([get_weather], clock=clock)
     nodes = [node, RetryNode(), AnswerPendingNode()]
     assert all(isinstance(n, ResilienceNode) for n in nodes)
+
+
+class OutOfStock(Exception):
+    """A shop's own exception, which only the user's rule knows."""
+
+
+def _out_of_stock(error: BaseException, profile: Any) -> Verdict | None:
+    if isinstance(error, OutOfStock):
+        return Verdict(FailureClass.SEMANTIC, "ask_user")
+    return None
+
+
+def test_rules_extend_the_built_in_table_on_a_hand_wired_node(runner: Runner) -> None:
+    """``GuardedToolNode(rules=[mine])`` means what ``add_resilience(rules=[mine])`` means:
+    mine first, then the built-in table (a 503 is still TRANSIENT and retried)."""
+    clock = FakeClock()
+    flaky = FaultyTool(get_weather, [Fault.status(503)])
+
+    @tool
+    def buy(item: str) -> str:
+        """Buy an item."""
+        raise OutOfStock(item)
+
+    model = ScriptedChatModel(
+        responses=[
+            tool_calls(("get_weather", {"city": "Oslo"}), ("buy", {"item": "umbrella"})),
+            text("done"),
+        ]
+    )
+    node = GuardedToolNode([flaky, buy], clock=clock, rules=[_out_of_stock])
+    builder = StateGraph(State)
+    builder.add_node("agent", _agent(model, [flaky, buy]))
+    builder.add_node("tools", node)
+    builder.add_node("retry", RetryNode(clock=clock))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route_after_agent, {"tools": "tools", "__end__": END})
+    builder.add_conditional_edges(
+        "tools", next_step, {"retry": "retry", "agent": "agent", "__end__": END}
+    )
+    builder.add_edge("retry", "tools")
+    app = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "rules"}}
+    out = runner.invoke(app, {"messages": [("user", "weather, then an umbrella")]}, config)
+    answers = {m.name: m for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert answers["get_weather"].status == "success"
+    refused = tool_error_of(answers["buy"])
+    assert refused is not None
+    assert refused.failure_class == "semantic"
+    assert refused.suggested_action == "ask_user"
