@@ -135,12 +135,19 @@ def _step(draw: st.DrawFn) -> tuple[Any, Any, Any]:
         for slot in draw(st.lists(st.sampled_from(_SLOTS), unique=True, max_size=3))
     }
     first = _sections(draw, first_calls, st.integers(-1, 1), st.integers(0, 1))
+    seen = history["task"]["seen"]  # a first-run give-up is of a call issued before
+    first["task"]["seen"] = {k: c for k, c in first["task"]["seen"].items() if c >= 0 or k in seen}
     then_calls = {
         slot: _record(record["attempts"] + 1, draw(_STATUS))
         for slot, record in first_calls.items()
         if record["status"] == "scheduled" and draw(st.booleans())
     }
     then = _sections(draw, then_calls, st.just(-1), st.just(1))
+    counted = dict(history["task"]["seen"])
+    for key, count in first["task"]["seen"].items():
+        counted[key] = counted.get(key, 0) + count
+    # a call given up in the second run was issued before: its count is still there
+    then["task"]["seen"] = {k: -1 for k in then["task"]["seen"] if counted.get(k, 0) > 0}
     return history, first, then
 
 
