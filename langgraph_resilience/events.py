@@ -6,18 +6,35 @@ a graph it is written to ``stream_mode="custom"`` as a dict with a
 recovery step by step; it is always logged to the ``langgraph_resilience``
 logger. Event payloads are built from redacted envelopes, and `emit` redacts every
 field again before it leaves.
+
+An `Observer` (OpenTelemetry's, `langgraph_resilience.telemetry.instrument`) also
+sees every event and wraps every attempt of a tool call. With none registered, which
+is the default, an event costs what it did and an attempt nothing more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
 
 from langgraph.config import get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
 
-__all__ = ["EVENT_KEY", "Event", "emit", "listening", "logger"]
+__all__ = [
+    "EVENT_KEY",
+    "Event",
+    "Observer",
+    "emit",
+    "listening",
+    "logger",
+    "observe",
+    "observed_attempt",
+    "observed_step",
+    "unobserve",
+]
 
 logger = logging.getLogger("langgraph_resilience")
 
@@ -87,24 +104,94 @@ def _writer() -> Any:
     return writer
 
 
+class Observer(Protocol):
+    """Sees every event (redacted) and each attempt of a tool call."""
+
+    def event(self, kind: str, fields: Mapping[str, Any]) -> None:
+        """One event, as the stream gets it."""
+        ...
+
+    def step(self) -> contextlib.AbstractContextManager[None]:
+        """A block around one tools step: its attempts, and the decisions after them."""
+        ...
+
+    def attempt(self, tool: str, call_id: str) -> contextlib.AbstractContextManager[Outcome]:
+        """A block around one attempt; what it yields is told the attempt's answer."""
+        ...
+
+
+Outcome = Callable[[Any], None]
+"""Told the answer an attempt ended with (a `ToolMessage` or a `Command`)."""
+
+_OBSERVERS: list[Observer] = []
+"""Process-wide, as OpenTelemetry's providers are: `observe` adds, `unobserve` removes."""
+
+
+def observe(observer: Observer) -> None:
+    """Let `observer` see every event and attempt of this process from now on."""
+    if observer not in _OBSERVERS:
+        _OBSERVERS.append(observer)
+
+
+def unobserve(observer: Observer) -> None:
+    """Stop `observer` seeing anything."""
+    if observer in _OBSERVERS:
+        _OBSERVERS.remove(observer)
+
+
+def _ignored(answer: Any) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def observed_step() -> Iterator[None]:
+    """Around one tools step: each observer's block (e.g. a span)."""
+    if not _OBSERVERS:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        for observer in _OBSERVERS:
+            stack.enter_context(observer.step())
+        yield
+
+
+@contextlib.contextmanager
+def observed_attempt(tool: str, call_id: str) -> Iterator[Outcome]:
+    """Around one attempt of a tool call: each observer's block (e.g. a span). Yields
+    the function to tell them its answer."""
+    if not _OBSERVERS:
+        yield _ignored
+        return
+    with contextlib.ExitStack() as stack:
+        told = [stack.enter_context(o.attempt(tool, call_id)) for o in list(_OBSERVERS)]
+
+        def outcome(answer: Any) -> None:
+            for tell in told:
+                tell(answer)
+
+        yield outcome
+
+
 def listening() -> bool:
-    """Whether an event emitted now reaches anyone (a ``custom`` stream or the log), so
-    a hot path builds its `Event` only then."""
-    return logger.isEnabledFor(logging.INFO) or _writer() is not None
+    """Whether an event emitted now reaches anyone (a ``custom`` stream, the log or an
+    observer), so a hot path builds its `Event` only then."""
+    return bool(_OBSERVERS) or logger.isEnabledFor(logging.INFO) or _writer() is not None
 
 
 def emit(event: Event) -> None:
-    """Send `event` to the custom stream (when inside a graph run that streams it) and
-    to the log.
+    """Send `event` to the custom stream (when inside a graph run that streams it), to
+    the log and to the observers.
 
     Its fields are redacted first (`redact_value`: secret-named fields blanked,
     strings scrubbed, lists and dicts walked), whoever built it."""
     writer = _writer()
     logging_on = logger.isEnabledFor(logging.INFO)
-    if writer is None and not logging_on:
+    if writer is None and not logging_on and not _OBSERVERS:
         return
     fields = _redacted(event)
     if logging_on:
         logger.info("%s %s", event.kind, fields)
     if writer is not None:
         writer({EVENT_KEY: event.kind, **fields})
+    for observer in _OBSERVERS:
+        observer.event(event.kind, fields)

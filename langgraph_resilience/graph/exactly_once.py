@@ -345,7 +345,6 @@ def _done_unheld(
     if record is None or record.status != "done":  # purged or released meanwhile
         return None
     yield from _record(effect, effect.key, record.result)
-    emit(Event("effect_replayed", tool=call["name"], key=done[0], earlier_run=True))
     return replayed(call, record.result, done[0], reconciled=True, note=EARLIER_RUN)
 
 
@@ -677,11 +676,22 @@ def replayed(
     call: ToolCall, result: Any, key: str, *, reconciled: bool = False, note: str = ""
 ) -> ToolMessage:
     """The answer for an effect that already happened: its recorded result, not a
-    re-run (with `note`, what the agent should know of how it happened)."""
+    re-run (with `note`, what the agent should know of how it happened). Its event
+    says which: ``effect_replayed`` (from the ledger) or ``effect_reconciled`` (the
+    service was asked, or the ledger held another call's outcome of the same effect)."""
     content = result if isinstance(result, str) else json.dumps(result, default=str)
     if note:
         content = f"{content}\n\n{note}"
     how = "reconciled" if reconciled else "replayed"
+    emit(
+        Event(
+            f"effect_{how}",
+            tool=call["name"],
+            call_id=call["id"] or "",
+            key=key,
+            earlier_run=note == EARLIER_RUN,
+        )
+    )
     return ToolMessage(
         content=content,
         name=call["name"],

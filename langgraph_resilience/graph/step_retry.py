@@ -28,7 +28,7 @@ from langgraph.types import Command
 
 from langgraph_resilience.core.decide import retry_in_step
 from langgraph_resilience.core.flow import Flow, Sleep
-from langgraph_resilience.events import Event, emit
+from langgraph_resilience.events import Event, emit, observed_step
 from langgraph_resilience.graph.state import Ledger, apply_update, compose_deltas
 from langgraph_resilience.graph.tool_batch import ToolSettings
 
@@ -46,6 +46,11 @@ def retried_in_step(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
     """Run `once` on `state`, then again after each short wait it leaves, on the state
     its updates leave; return their updates as one (``{}`` when it had nothing to run).
     A tool's `Command` ends the loop: the graph applies it."""
+    with observed_step():
+        return (yield from _retried(cfg, state, once))
+
+
+def _retried(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
     total = yield from once(state)
     if total is None:
         return {}

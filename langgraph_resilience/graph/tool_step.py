@@ -466,7 +466,17 @@ def _carry_out(
     elif decision.route == "retry":
         step.count("retry_scheduled")
         attempt, delay = tool_attempts(record), round(decision.delay, 6)
-        emit(Event("retry_scheduled", tool=tool, call_id=call_id, attempt=attempt, delay=delay))
+        failure = error.failure_class.value
+        emit(
+            Event(
+                "retry_scheduled",
+                tool=tool,
+                call_id=call_id,
+                attempt=attempt,
+                delay=delay,
+                failure_class=failure,
+            )
+        )
         record["status"] = "scheduled"
         record["due"] = now + decision.delay
     elif decision.route == "repair":

@@ -55,7 +55,7 @@ from langgraph_resilience.errors import (
     ThreadLockLostError,
     ToolGoneError,
 )
-from langgraph_resilience.events import Event, emit
+from langgraph_resilience.events import Event, emit, observed_attempt
 from langgraph_resilience.graph.answers import (
     BreakerReport,
     Raised,
@@ -459,7 +459,10 @@ class GuardedToolNode(ResilienceNode):
             run_scoped = scoped(execute, call, effect)
             return lambda req: Call(self.guards.timed, None, (call, req, run_scoped, effect))
 
-        return drive(self._intercept(request, run, effect_run), self.clock)
+        with observed_attempt(call["name"], call["id"] or "") as outcome:
+            answer = drive(self._intercept(request, run, effect_run), self.clock)
+            outcome(answer)
+            return answer
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Answer]]
@@ -477,7 +480,10 @@ class GuardedToolNode(ResilienceNode):
                 self.guards.timed, self.guards.atimed, (call, req, run_scoped, effect)
             )
 
-        return await adrive(self._intercept(request, run, effect_run), self.clock)
+        with observed_attempt(call["name"], call["id"] or "") as outcome:
+            answer = await adrive(self._intercept(request, run, effect_run), self.clock)
+            outcome(answer)
+            return answer
 
     # ------------------------------------------------------------ compensation
 

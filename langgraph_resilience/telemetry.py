@@ -1,0 +1,203 @@
+"""OpenTelemetry for recovery: a span per attempt, a span event per decision, metrics.
+
+Operators chart what they already run, so recovery is shown in OpenTelemetry's terms
+rather than our own: `instrument()` once at start-up, and every attempt of a tool call
+becomes a ``resilience.attempt`` span (a child of whatever span is current: the tool
+run's, when LangSmith or another instrumentation traces LangChain) inside a
+``resilience.step`` span for the tools step, every event of the package a span event on
+the current span (the decisions after an attempt on the step's), and the counters below
+move.
+
+Names follow OpenTelemetry's GenAI semantic conventions where they exist
+(``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``error.type``) and Polly's and
+resilience4j's resilience metrics where they do not (attempts and retries by outcome,
+breaker transitions by state):
+
+===================================== ===================================================
+metric                                what moves it
+===================================== ===================================================
+``resilience.tool.attempts``          every attempt; ``resilience.outcome``: ``ok`` or the
+                                      failure class
+``resilience.tool.retries``           a retry scheduled; ``resilience.failure_class``
+``resilience.tool.gave_up``           a call answered with its failure
+``resilience.breaker.transitions``    a breaker changed state; ``resilience.breaker.state``
+``resilience.effect.reconciliations`` a side effect answered by asking its service, or
+                                      from another call of the same effect
+``resilience.effect.replays``         a side effect answered from the ledger
+``resilience.effect.unknown``         a side effect's outcome told to the agent as unknown
+``resilience.recovery.llm_calls``     a model call spent on recovery (repair, replan)
+===================================== ===================================================
+
+Optional: ``pip install "langgraph-resilience[otel]"`` (the OpenTelemetry API; bring
+the SDK and exporter you use). Nothing imports this module unless you do, and
+without `instrument()` no span, event or metric is made.
+
+Span and event attributes are the events' fields, redacted as every event is (the
+idempotency key as its SHA-256 prefix: a key names a business operation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import Status, StatusCode, TracerProvider
+
+from langgraph_resilience.errors import FailureClass, ToolError
+from langgraph_resilience.events import Outcome, observe, unobserve
+from langgraph_resilience.graph.answers import Raised, tool_error_of
+
+__all__ = ["Telemetry", "instrument", "uninstrument"]
+
+_SCOPE = "langgraph_resilience"
+_LLM_CALLS = {"repair_requested": "repair", "plan_verdict": "replan"}
+"""The events that stand for one model call spent on recovery, and what for."""
+_ATTRIBUTE_TYPES = (str, bool, int, float)
+
+
+class Telemetry:
+    """The OpenTelemetry observer `instrument` registers (see the module)."""
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
+
+        def counter(name: str, unit: str, description: str) -> metrics.Counter:
+            return meter.create_counter(name, unit=unit, description=description)
+
+        self.attempts = counter("resilience.tool.attempts", "{attempt}", "Tool attempts.")
+        self.retries = counter("resilience.tool.retries", "{retry}", "Retries scheduled.")
+        self.gave_up = counter(
+            "resilience.tool.gave_up", "{call}", "Calls answered with their failure."
+        )
+        self.transitions = counter(
+            "resilience.breaker.transitions", "{transition}", "Breaker state changes."
+        )
+        self.reconciliations = counter(
+            "resilience.effect.reconciliations", "{effect}", "Side effects found done."
+        )
+        self.replays = counter(
+            "resilience.effect.replays", "{effect}", "Side effects answered from the ledger."
+        )
+        self.unknown = counter(
+            "resilience.effect.unknown", "{effect}", "Side effects of unknown outcome."
+        )
+        self.llm_calls = counter(
+            "resilience.recovery.llm_calls", "{call}", "Model calls spent on recovery."
+        )
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """A ``resilience.step`` span around one tools step: the parent of its attempts,
+        and where the decisions made after them (retry, give up) are recorded."""
+        with self.tracer.start_as_current_span("resilience.step", kind=trace.SpanKind.INTERNAL):
+            yield
+
+    @contextlib.contextmanager
+    def attempt(self, tool: str, call_id: str) -> Iterator[Outcome]:
+        """A ``resilience.attempt`` span around one attempt, ended with its outcome."""
+        attributes = {"gen_ai.tool.name": tool, "gen_ai.tool.call.id": call_id}
+        with self.tracer.start_as_current_span(
+            "resilience.attempt", kind=trace.SpanKind.INTERNAL, attributes=attributes
+        ) as span:
+
+            def outcome(answer: Any) -> None:
+                error = _error_of(answer)
+                result = "ok" if error is None else error.failure_class.value
+                self.attempts.add(1, {"gen_ai.tool.name": tool, "resilience.outcome": result})
+                span.set_attribute("resilience.outcome", result)
+                if error is not None:
+                    span.set_attribute("error.type", error.type)
+                    span.set_attribute("resilience.suggested_action", error.suggested_action)
+                    span.set_status(Status(StatusCode.ERROR, error.failure_class.value))
+
+            yield outcome
+
+    def event(self, kind: str, fields: Mapping[str, Any]) -> None:
+        """A span event on the current span, and the metric the event moves."""
+        attributes = _attributes(fields)
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(f"resilience.{kind}", attributes)
+        tool = {"gen_ai.tool.name": str(fields.get("tool", ""))}
+        if kind == "retry_scheduled":
+            failure = str(fields.get("failure_class", ""))
+            self.retries.add(1, {**tool, "resilience.failure_class": failure})
+        elif kind == "gave_up":
+            failure = str(fields.get("failure_class", ""))
+            self.gave_up.add(1, {**tool, "resilience.failure_class": failure})
+            if failure == FailureClass.UNKNOWN.value:
+                self.unknown.add(1, tool)
+        elif kind == "breaker":
+            state = {"resilience.breaker.state": str(fields.get("to_state", ""))}
+            self.transitions.add(1, {"resilience.breaker": str(fields.get("key", "")), **state})
+        elif kind == "effect_reconciled":
+            self.reconciliations.add(1, tool)
+        elif kind == "effect_replayed":
+            self.replays.add(1, tool)
+        elif kind in _LLM_CALLS:
+            self.llm_calls.add(1, {"resilience.purpose": _LLM_CALLS[kind]})
+
+
+def _error_of(answer: Any) -> ToolError | None:
+    """The failure an attempt's answer carries: the classification made where it was
+    caught (`Raised`), or the envelope of an error answer; None for a success."""
+    if not isinstance(answer, ToolMessage):
+        return None  # a Command: the tool steered the graph, it did not fail
+    if isinstance(answer.artifact, Raised):
+        return answer.artifact.envelope
+    return tool_error_of(answer)
+
+
+def _attributes(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The event's fields as span attributes: scalars kept, the key hashed, the rest
+    (lists, maps) as their text."""
+    attributes: dict[str, Any] = {}
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if name == "key":
+            digest = hashlib.sha256(str(value).encode()).hexdigest()[:16]
+            attributes["resilience.idempotency_key.sha256"] = digest
+        elif isinstance(value, _ATTRIBUTE_TYPES):
+            attributes[f"resilience.{name}"] = value
+        else:
+            attributes[f"resilience.{name}"] = str(value)
+    return attributes
+
+
+_INSTALLED: list[Telemetry] = []
+"""The observer `instrument` registered in this process (at most one)."""
+
+
+def instrument(
+    *,
+    tracer_provider: TracerProvider | None = None,
+    meter_provider: MeterProvider | None = None,
+) -> Telemetry:
+    """Send this process's recovery to OpenTelemetry (the global providers unless
+    given). Calling it again replaces the earlier one.
+
+    >>> from langgraph_resilience.telemetry import instrument  # doctest: +SKIP
+    >>> instrument()  # after your OpenTelemetry SDK set-up  # doctest: +SKIP
+    """
+    uninstrument()
+    telemetry = Telemetry(tracer_provider, meter_provider)
+    observe(telemetry)
+    _INSTALLED.append(telemetry)
+    return telemetry
+
+
+def uninstrument() -> None:
+    """Stop sending anything to OpenTelemetry."""
+    while _INSTALLED:
+        unobserve(_INSTALLED.pop())
