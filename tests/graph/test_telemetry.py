@@ -10,6 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+pytest.importorskip("opentelemetry.sdk", reason="the otel extra and the SDK are not installed")
+
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from opentelemetry.sdk.metrics import MeterProvider
