@@ -225,7 +225,8 @@ def one_line_of(exc: BaseException) -> str:
 
 def _dispatch(args: argparse.Namespace, stdout: TextIO | None, err: TextIO) -> int:
     """Run the parsed command; its user mistakes end in one line and exit code 2."""
-    import psycopg  # noqa: PLC0415 (imported by the command, not by --help)
+    import httpx  # noqa: PLC0415 (imported by the command, not by --help)
+    import psycopg  # noqa: PLC0415
 
     from langgraph_resilience.cli.output import Output, one_line  # noqa: PLC0415
     from langgraph_resilience.stores.persistence import (  # noqa: PLC0415
@@ -247,6 +248,14 @@ def _dispatch(args: argparse.Namespace, stdout: TextIO | None, err: TextIO) -> i
         return EXIT_USAGE
     except (psycopg.OperationalError, sqlite3.OperationalError) as exc:
         print(f"langgraph-resilience: error: database failure: {one_line(exc)}", file=err)
+        return EXIT_USAGE
+    except httpx.HTTPError as exc:  # --url: the LangGraph server failed us
+        where = f" at {args.url}" if getattr(args, "url", None) else ""
+        if isinstance(exc, httpx.HTTPStatusError):
+            why = f"answered {exc.response.status_code}: {one_line(exc)}"
+        else:
+            why = f"did not answer: {one_line(exc)} (is it running? `langgraph dev` starts one)"
+        print(f"langgraph-resilience: error: the LangGraph server{where} {why}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("langgraph-resilience: interrupted; `resume` continues the thread", file=err)

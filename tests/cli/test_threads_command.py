@@ -64,3 +64,29 @@ def test_the_threads_command_refuses_a_bad_limit(tmp_path: pathlib.Path, bad: st
     assert code == 2
     assert "--limit: expected a whole number >= 1" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _refused_url() -> str:
+    """A loopback URL nothing listens on (the port was free a moment ago)."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize(
+    "command", [["threads"], ["threads", "--json"], ["resume", "t1", "--approve"]]
+)
+def test_a_server_that_does_not_answer_is_one_line(command: list[str]) -> None:
+    """``--url`` of a server that is down: one line saying so and what to do, exit 2,
+    not httpx's traceback."""
+    url = _refused_url()
+    code, out, err = _cli(*command, "--url", url)
+    assert code == 2
+    assert out == ""
+    assert err.strip().splitlines() == [
+        f"langgraph-resilience: error: the LangGraph server at {url} did not answer: "
+        "[Errno 111] Connection refused (is it running? `langgraph dev` starts one)"
+    ]
