@@ -163,12 +163,14 @@ class Sandbox:
 
 
 def make_tools(sandbox: Sandbox) -> list[BaseTool]:
-    """One ``StructuredTool`` per function of the suite, bound to `sandbox`; each sends
+    """One ``StructuredTool`` per function of the suite, bound to `sandbox`; a write sends
     the idempotency key the package gives it, if any (an ``Idempotency-Key`` header)."""
+    writes = sandbox.suite.side_effects
 
     def wrap(function: Function[Any, Any]) -> BaseTool:
         def run(**kwargs: Any) -> str:
-            return sandbox.call(function, kwargs, current_idempotency_key())
+            key = current_idempotency_key() if function.name in writes else None
+            return sandbox.call(function, kwargs, key)
 
         return StructuredTool(
             name=function.name,

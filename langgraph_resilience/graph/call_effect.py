@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Awaitable, Callable, Sequence
+import uuid
+import weakref
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
@@ -26,6 +28,7 @@ from langgraph_resilience.errors import FailureClass
 from langgraph_resilience.graph.answers import tool_error_of
 from langgraph_resilience.graph.exactly_once import Effect, effect_context
 from langgraph_resilience.graph.in_flight import executing
+from langgraph_resilience.graph.run_lease import current_run
 from langgraph_resilience.graph.saved_step import step_to_save
 from langgraph_resilience.graph.step_scope import STEP, StepScope
 from langgraph_resilience.stores.effect_ledger import run_checkpointer
@@ -46,6 +49,26 @@ class EffectReading:
     messages_key: str
 
 
+_THREADLESS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+"""A run without a thread (a graph compiled without a checkpointer) -> the identity its
+effects are claimed under: each such invoke is a conversation of its own."""
+
+
+def _thread_of(config: Mapping[str, Any]) -> str:
+    """The thread a side effect belongs to: the config's, else the run's own, so that
+    two threadless invokes asking for the same effect are two requests, not a repeat."""
+    thread = (config.get("configurable") or {}).get("thread_id")
+    if thread:
+        return str(thread)
+    run = current_run()
+    if run is None:
+        return ""
+    try:
+        return _THREADLESS.setdefault(run, f"run-{uuid.uuid4().hex}")
+    except TypeError:  # a writer that cannot be weakly referenced: one shared identity
+        return ""
+
+
 def effect_of(
     call: ToolCall,
     request: ToolCallRequest,
@@ -61,7 +84,7 @@ def effect_of(
     if step.ledger is None:
         return None
     config = getattr(getattr(request, "runtime", None), "config", None) or {}
-    thread_id = str((config.get("configurable") or {}).get("thread_id", ""))
+    thread_id = _thread_of(config)
     call_id, batch, noise = call["id"] or "", step.batch, reading.policy.noise_fields
     args = call["args"]
     slot = batch.slots.get(call_id, call_id)

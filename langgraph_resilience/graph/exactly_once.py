@@ -19,6 +19,7 @@ import dataclasses
 import inspect
 import json
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ from langgraph_resilience.errors import (
     FailureClass,
     LedgerUnavailableError,
     OutputValidationError,
+    ResilienceWarning,
     StepNotSavedError,
     ThreadLockLostError,
     ToolFailure,
@@ -56,6 +58,7 @@ __all__ = [
     "Effect",
     "EffectNotDone",
     "OutcomeUnknownError",
+    "calling",
     "current_idempotency_key",
     "current_item_keys",
     "effect_context",
@@ -74,15 +77,48 @@ _CURRENT_ITEM_KEYS: contextvars.ContextVar[tuple[str, ...] | None] = contextvars
 )
 
 
+_CALLING: contextvars.ContextVar[tuple[str, set[str]] | None] = contextvars.ContextVar(
+    "langgraph_resilience_calling", default=None
+)
+"""The tool whose call our node is running now, and the tools that node has already
+warned of asking for a key they cannot have (`calling`); None outside a call."""
+
+
+@contextlib.contextmanager
+def calling(tool: str, told: set[str]) -> Iterator[None]:
+    """While a node runs a call of `tool`: a key asked for by a tool with no side-effect
+    profile is warned of, once per tool of the node (`told`)."""
+    token = _CALLING.set((tool, told))
+    try:
+        yield
+    finally:
+        _CALLING.reset(token)
+
+
 def current_idempotency_key() -> str | None:
     """The idempotency key of the side-effecting call running now, read inside the tool
     (like LangGraph's ``get_config()``) so it can pass it on, e.g. as an
-    ``Idempotency-Key`` header. None outside a side-effecting call.
+    ``Idempotency-Key`` header. None outside a side-effecting call; a tool that asks
+    while it has no ``ToolProfile(side_effect=True)`` is warned of once
+    (`ResilienceWarning`): it would send no key.
 
     The key is not an argument: LangGraph's ToolNode strips caller-supplied values of
     injected arguments, and the model must never see or forge it.
     """
-    return _CURRENT_KEY.get()
+    key = _CURRENT_KEY.get()
+    calling_now = _CALLING.get() if key is None else None
+    if calling_now is not None and calling_now[0] not in calling_now[1]:
+        tool, told = calling_now
+        told.add(tool)
+        warnings.warn(
+            f"tool {tool!r} asked for current_idempotency_key() but has no "
+            f"side-effect profile, so it gets None and sends no key; mark it "
+            f"(profiles={{{tool!r}: ToolProfile(side_effect=True)}}) if it changes "
+            "anything",
+            ResilienceWarning,
+            stacklevel=2,
+        )
+    return key
 
 
 def current_item_keys() -> tuple[str, ...] | None:

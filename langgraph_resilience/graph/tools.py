@@ -77,6 +77,7 @@ from langgraph_resilience.graph.exactly_once import (
     EffectNotDone,
     OutcomeUnknownError,
     Run,
+    calling,
     current_idempotency_key,
     current_item_keys,
     exactly_once,
@@ -194,6 +195,8 @@ class GuardedToolNode(ResilienceNode):
         self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
         self.guards.servers.update(servers_of(self.tools_by_name.values(), self.profiles))
         self._told = ToldOnce()
+        self._unkeyed: set[str] = set()
+        """Tools warned of asking for an idempotency key with no side-effect profile."""
         _check_batch_args(self.profiles, self.tools_by_name)
         self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
         """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
@@ -459,7 +462,10 @@ class GuardedToolNode(ResilienceNode):
             run_scoped = scoped(execute, call, effect)
             return lambda req: Call(self.guards.timed, None, (call, req, run_scoped, effect))
 
-        with observed_attempt(call["name"], call["id"] or "") as outcome:
+        with (
+            observed_attempt(call["name"], call["id"] or "") as outcome,
+            calling(call["name"], self._unkeyed),
+        ):
             answer = drive(self._intercept(request, run, effect_run), self.clock)
             outcome(answer)
             return answer
@@ -480,7 +486,10 @@ class GuardedToolNode(ResilienceNode):
                 self.guards.timed, self.guards.atimed, (call, req, run_scoped, effect)
             )
 
-        with observed_attempt(call["name"], call["id"] or "") as outcome:
+        with (
+            observed_attempt(call["name"], call["id"] or "") as outcome,
+            calling(call["name"], self._unkeyed),
+        ):
             answer = await adrive(self._intercept(request, run, effect_run), self.clock)
             outcome(answer)
             return answer

@@ -29,6 +29,7 @@ import dataclasses
 import os
 import sqlite3
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -44,7 +45,7 @@ from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
-from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.errors import ConfigurationError, ResilienceWarning
 from langgraph_resilience.stores.leases import LeaseRunner
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.postgres import (
@@ -130,6 +131,7 @@ class LedgerResolver:
         )
         self._chosen: weakref.WeakKeyDictionary[Any, EffectLedger] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        self._warned = False
 
     def _explicit(self) -> EffectLedger | None:
         if self.explicit_idempotency is not None and self.explicit_saga is not None:
@@ -153,6 +155,7 @@ class LedgerResolver:
             return explicit
         checkpointer = run_checkpointer(config)
         if checkpointer is None:
+            self._warn_unsaved()
             return self._local
         found = self._chosen.get(checkpointer)
         if found is None:
@@ -170,6 +173,21 @@ class LedgerResolver:
                     yield Call(part.setup, getattr(part, "asetup", None))
             found = self._chosen.setdefault(checkpointer, found)
         return found
+
+    def _warn_unsaved(self) -> None:
+        """Once per node: side effects in a graph compiled without a checkpointer."""
+        if self._warned:
+            return
+        self._warned = True
+        warnings.warn(
+            "side-effecting tools run in a graph compiled without a checkpointer: their "
+            "ledger lives in this process only, and a thread that stops cannot be resumed "
+            "without repeating or losing what it did; compile with a checkpointer "
+            "(builder.compile(checkpointer=InMemorySaver()) in tests, PostgresSaver in "
+            "production) or pass idempotency= and saga= stores to add_resilience",
+            ResilienceWarning,
+            stacklevel=2,
+        )
 
     def resolve(self, config: RunnableConfig) -> EffectLedger | None:
         """The ledger for a sync run (None when no tool has side effects)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import warnings
 from typing import Any
 
 import pytest
@@ -122,3 +123,55 @@ def test_open_sqlite_hands_its_own_ledger_to_the_graph(tmp_path: Any) -> None:
         h.app.invoke({"messages": [("user", "pay 5")]}, config)
         records = p.idempotency.for_thread(config["configurable"]["thread_id"])
     assert [(r.tool, r.status) for r in records] == [("pay", "done")]
+
+
+def _uncheckpointed(tools: list[Any], script: list[Any], profiles: dict[str, ToolProfile]) -> Any:
+    """The README's graph, compiled without a checkpointer."""
+    from langgraph.graph import StateGraph  # noqa: PLC0415
+
+    from langgraph_resilience import add_resilience  # noqa: PLC0415
+    from langgraph_resilience.testing import ScriptedChatModel  # noqa: PLC0415
+    from tests.conftest import State  # noqa: PLC0415
+
+    model = ScriptedChatModel(responses=script)
+    builder = StateGraph(State)
+    builder.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    add_resilience(builder, agent="agent", tools=tools, profiles=profiles)
+    return builder.compile()
+
+
+def test_side_effects_without_a_checkpointer_are_warned_of_once() -> None:
+    """They still run exactly once in this process, but nothing can resume the thread:
+    one `ResilienceWarning` says what to compile with."""
+    from langgraph_resilience import ResilienceWarning  # noqa: PLC0415
+
+    paid: list[int] = []
+    script = [tool_calls(("pay", {"amount": 5})), text("done")] * 2
+    app = _uncheckpointed([make_pay(paid)], script, {"pay": ToolProfile(side_effect=True)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        app.invoke({"messages": [("user", "pay 5")]})
+        app.invoke({"messages": [("user", "pay 5 again")]})
+    ours = [w for w in caught if issubclass(w.category, ResilienceWarning)]
+    assert len(ours) == 1
+    assert "without a checkpointer" in str(ours[0].message)
+    assert paid == [5, 5]
+
+
+def test_a_key_asked_for_by_an_unmarked_tool_is_warned_of(runner: Runner) -> None:
+    """A tool reads `current_idempotency_key()` but nobody marked it a side effect: it
+    gets None, and one warning names it and says how to mark it."""
+    from langgraph_resilience import ResilienceWarning, current_idempotency_key  # noqa: PLC0415
+
+    keys: list[str | None] = []
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Move money (not marked as a side effect)."""
+        keys.append(current_idempotency_key())
+        return "moved"
+
+    h = build_graph([transfer], [tool_calls(("transfer", {"amount": 5})), text("done")] * 2)
+    with pytest.warns(ResilienceWarning, match="'transfer' asked for current_idempotency_key"):
+        runner.invoke(h.app, {"messages": [("user", "move 5")]}, h.config())
+    assert keys == [None]
