@@ -246,8 +246,11 @@ _STILL_RUNNING = (
 
 
 def exactly_once(call: ToolCall, effect: Effect, run: Run) -> Flow[Answer]:
-    """The exactly-once flow of one side-effecting call (see the module docstring)."""
-    yield Call(check_fence, acheck_fence, (effect.thread_id,))
+    """The exactly-once flow of one side-effecting call (see the module docstring).
+
+    The claim needs no fence check before it: it is a fenced write (the database
+    refuses it from a holder whose lease was taken over). The check that demands a
+    third of the lease's TTL, and renews it, comes right before the effect runs."""
     claim: Claim = yield from ledger_op(effect, "claim", _claim(call, effect))
     can_check = effect.profile.status_check is not None
     action = claim_action(claim, can_check_status=can_check)

@@ -6,10 +6,11 @@ take the thread over with a newer token, and two runners would write the same th
 So the lease is the run's *fence* (in a context variable, like LangGraph's config;
 `langgraph_resilience.stores.held`): the ledger's writes carry its token and the
 database refuses those of a stale one in the same statement; before every side effect
-is claimed and run, and before every checkpoint write of the savers `open_postgres`
-makes, `check_fence` asks the database, in one statement, whether the token is still
-the thread's current one with more than a third of its TTL left. If not, the run stops
-with `ThreadLockLostError`; the second runner is then the only writer.
+runs (its claim is itself a fenced write), and before every checkpoint write of the
+savers `open_postgres` makes, `check_fence` asks the database, in one statement, whether
+the token is still the thread's current one with more than a third of its TTL left. If
+not, the run stops with `ThreadLockLostError`; the second runner is then the only
+writer.
 
 A checkpoint write is checked, then sent (LangGraph's saver runs its own statements):
 the gap between the two is covered by the third of the TTL the check demands, so a
