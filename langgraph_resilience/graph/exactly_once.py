@@ -62,6 +62,7 @@ __all__ = [
     "current_idempotency_key",
     "current_item_keys",
     "effect_context",
+    "key_in_effect",
     "exactly_once",
     "outcome_of",
     "replayed",
@@ -119,6 +120,12 @@ def current_idempotency_key() -> str | None:
             stacklevel=2,
         )
     return key
+
+
+def key_in_effect() -> str | None:
+    """The key `current_idempotency_key` returns, read by the package's own transports
+    (an MCP request's ``_meta``), which ask for every tool and warn nobody."""
+    return _CURRENT_KEY.get()
 
 
 def current_item_keys() -> tuple[str, ...] | None:

@@ -33,7 +33,7 @@ from langgraph_resilience.core.effects import IdempotencyStore
 from langgraph_resilience.core.mcp import remote_envelope
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError, FailureClass, McpToolError, ToolError
-from langgraph_resilience.graph.exactly_once import current_idempotency_key, storable
+from langgraph_resilience.graph.exactly_once import key_in_effect, storable
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class _KeyedCall:
         self.client = client
 
     async def __call__(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        key = current_idempotency_key()
+        key = key_in_effect()
         if key is None:
             return await handler(request)
         from langchain_mcp_adapters.sessions import create_session  # noqa: PLC0415

@@ -27,7 +27,7 @@ from langgraph_resilience.core.classify import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.mcp import Reconnect, reconnect_wait
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolFailure
-from langgraph_resilience.graph.exactly_once import current_idempotency_key
+from langgraph_resilience.graph.exactly_once import key_in_effect
 from langgraph_resilience.graph.mcp import IDEMPOTENCY_META, run_sync, tag_tool
 
 if TYPE_CHECKING:
@@ -235,7 +235,7 @@ class _Forwarding:
         self.pool, self.server = pool, server
 
     def call_tool(self, name: str, arguments: Any = None, **kwargs: Any) -> Awaitable[Any]:
-        key = current_idempotency_key()  # read here: the pool's loop has its own context
+        key = key_in_effect()  # read here: the pool's loop has its own context
         if key is not None and kwargs.get("meta") is None:
             kwargs["meta"] = {IDEMPOTENCY_META: key}
         result: Awaitable[Any] = self.pool._submit(
