@@ -50,6 +50,9 @@ def _recovered_by_record(
     """The recovery the call's own ledger record shows: reconcile, fallback, repair,
     coercion (None when it shows none)."""
     error = record.get("error") or {}
+    if meta.get("reconciled") and not error:  # the run stopped before the answer was saved
+        stopped = "the run stopped after the effect, before its checkpoint"
+        return "unknown", stopped, "reconcile", "reconciled by status_check"
     if meta.get("reconciled"):
         return klass, f"{failed} after the effect", "reconcile", "reconciled by status_check"
     if record.get("served_by"):

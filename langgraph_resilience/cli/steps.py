@@ -107,7 +107,13 @@ _DESCRIBERS: Mapping[str, Describer] = {
     "attempt": _attempt,
     "retry_scheduled": _retry_scheduled,
     "repair_outcome": _repair_outcome,
-    "backoff": _simple(lambda e: f"⧗ waited {e['seconds']:.2f}s (simulated clock) before retrying"),
+    "backoff": _simple(
+        lambda e: (
+            f"⧗ waited {e['seconds']:.2f}s (simulated clock) before retrying"
+            if e["seconds"] >= 0.005
+            else "⧗ asked again at once (no wait)"
+        )
+    ),
     "coercion": _simple(
         lambda e: (
             f"≈ {e.get('tool')}: {escape('; '.join(e.get('changes') or []))} → "

@@ -51,7 +51,8 @@ def _why(status: ThreadStatus, values: Mapping[str, Any]) -> str:
             else ""
         )
         who = "being run by another process" if status.state == "running" else "stopped"
-        return f"{who} before {', '.join(status.next)} (step {status.step}){effects}"
+        where = f"before {', '.join(status.next)} (step {status.step})"
+        return f"{who} {where if status.next else f'at step {status.step}'}{effects}"
     ledger = values.get("resilience") or {}
     if (ledger.get("task") or {}).get("aborted"):
         return "aborted by a human"

@@ -90,3 +90,31 @@ def test_a_server_that_does_not_answer_is_one_line(command: list[str]) -> None:
         f"langgraph-resilience: error: the LangGraph server at {url} did not answer: "
         "[Errno 111] Connection refused (is it running? `langgraph dev` starts one)"
     ]
+
+
+def test_a_stopped_thread_with_no_next_node_says_where_it_stopped() -> None:
+    """No ``stopped before  (step 1)`` with the node missing."""
+    from langgraph_resilience.cli.threads import _why  # noqa: PLC0415
+    from langgraph_resilience.stores.threads import ThreadStatus  # noqa: PLC0415
+
+    nowhere = ThreadStatus(thread_id="t", state="pending", next=(), step=1)
+    assert _why(nowhere, {}) == "stopped at step 1"
+    tools = ThreadStatus(thread_id="t", state="pending", next=("tools",), step=20)
+    assert _why(tools, {}) == "stopped before tools (step 20)"
+
+
+def test_an_effect_reconciled_after_a_crash_is_explained_as_such() -> None:
+    """The resume summary of a side effect whose run died after it: not ``-`` twice."""
+    from langchain_core.messages import ToolMessage  # noqa: PLC0415
+
+    from langgraph_resilience.cli.explain import _explain  # noqa: PLC0415
+
+    record = {"tool": "refund", "status": "ok", "attempts": 1, "error": None}
+    answer = ToolMessage(
+        "refund R-1",
+        tool_call_id="c1",
+        response_metadata={"resilience": {"reconciled": True, "idempotency_key": "k"}},
+    )
+    klass, failed, recovery, how = _explain({"id": "c1"}, record, answer, {})
+    assert (klass, recovery, how) == ("unknown", "reconcile", "reconciled by status_check")
+    assert failed == "the run stopped after the effect, before its checkpoint"
