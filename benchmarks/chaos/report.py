@@ -169,8 +169,11 @@ def _chart(report: BenchReport, path: pathlib.Path) -> pathlib.Path | None:
         bottom.bar(xs, dups, width, label=label)
     top.set_ylabel("task success")
     top.set_ylim(0, 1.0)
-    top.legend(
-        fontsize="small", ncols=len(contenders), loc="lower center", bbox_to_anchor=(0.5, 1.0)
+    top.legend(  # above the plot, at most three labels a row: never wider than the chart
+        fontsize="small",
+        ncols=min(3, len(contenders)),
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
     )
     bottom.set_ylabel("duplicate side effects")
     most = max((r.duplicates for r in report.rows), default=0)
@@ -183,6 +186,6 @@ def _chart(report: BenchReport, path: pathlib.Path) -> pathlib.Path | None:
         f"Chaos benchmark ({report.config['seeds']} seeds x {report.config['tasks']} tasks)"
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend sits outside the axes
     plt.close(fig)
     return path
