@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TextIO
@@ -130,6 +131,24 @@ NODE_WIDTH = len("answer_pending")
 """The step column's width: the longest node name, never cut."""
 
 
+_MARK = re.compile(r"^(\s*(?:\[[a-z ]+\])?[^\w\s\[(\"'.,:;-](?:\[/[a-z ]*\])?\s)(?=\S)")
+"""A step line's leading mark, its style tags and its space (``"[red]✗[/red] "``,
+``"  ↻ "``, ``"→ "``)."""
+
+
+def _hanging(text: str) -> str | Table:
+    """`text`, or, when it starts with a mark, a grid whose second column holds the rest,
+    so its wrapped lines start under the text."""
+    mark = _MARK.match(text)
+    if mark is None:
+        return text
+    grid = Table.grid()
+    grid.add_column(width=Text.from_markup(mark.group(1)).cell_len, no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    grid.add_row(mark.group(1), text[mark.end() :])
+    return grid
+
+
 class Output:
     """Text (rich; plain when not a terminal), one JSON document (``--json``), or a
     stream of JSON lines (``--jsonl``) on `file` (stdout)."""
@@ -170,7 +189,8 @@ class Output:
         print(json.dumps(value, default=str), file=self.file, flush=True)
 
     def step(self, step: int | str, node: str, lines: Sequence[str]) -> None:
-        """One step: its number and node, then its lines (wrapped lines stay indented)."""
+        """One step: its number and node, then its lines; a line that starts with a
+        mark (✗, ↻, →, ...) wraps under its text, not under the mark."""
         if self.json:
             return
         grid = Table.grid(padding=(0, 1))
@@ -178,7 +198,7 @@ class Output:
         grid.add_column(width=NODE_WIDTH, no_wrap=True, style="cyan")
         grid.add_column(ratio=1, overflow="fold")
         for i, text in enumerate(lines or [""]):
-            grid.add_row(str(step) if i == 0 else "", node if i == 0 else "", text)
+            grid.add_row(str(step) if i == 0 else "", node if i == 0 else "", _hanging(text))
         self.console.print(grid)
 
     def note(self, text: str) -> None:

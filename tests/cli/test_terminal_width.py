@@ -81,3 +81,43 @@ def test_the_threads_listing_keeps_ids_whole_at(
     assert any(THREAD in line for line in narrow.splitlines())
     known = set(tokens(wide["threads"]))
     assert [t for t in tokens(narrow) if t not in known] == []
+
+
+MARKS = "✗✓↻→⧗≈⇢⊘⟳✎⚑↩✝⟲"
+"""The marks a step line may start with."""
+
+
+def step_texts(output: str) -> list[str]:
+    """The text column of each physical line of the demo's steps (its step number and
+    node columns cut off)."""
+    from langgraph_resilience.cli.output import NODE_WIDTH  # noqa: PLC0415
+
+    offset = 4 + NODE_WIDTH + 1
+    head = re.compile(r"^\s*\d*\s+[a-z_]*\s*$")
+    return [line[offset:].rstrip() for line in output.splitlines() if head.match(line[:offset])]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_demo_wraps_a_marked_line_under_its_text_at(
+    width: int, wide: dict[str, str], tmp_path: pathlib.Path
+) -> None:
+    """A step line that starts with a mark (✗, ↻, →, ...) continues under its text,
+    not under the mark, so the marks stay a column a reader can scan."""
+    starts = {" ".join(tokens(text)[:3]) for text in step_texts(wide["demo"]) if text.strip()}
+    narrow = render(width, tmp_path, "demo", "--thread-id", THREAD, "--pause")
+    expected: int | None = None  # where the marked line now running continues
+    checked = 0
+    for text in step_texts(narrow):
+        body = text.lstrip()
+        if not body:
+            continue
+        indent = len(text) - len(body)
+        if body[0] in MARKS:
+            expected = indent + 2
+        elif " ".join(tokens(text)[:3]) in starts:
+            expected = None  # a new line of prose
+        elif expected is not None:
+            assert indent == expected, f"wrapped under the mark at {width} columns: {text!r}"
+            checked += 1
+    assert checked > 0, f"nothing wrapped at {width} columns: the check checked nothing"
