@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import importlib
 import pkgutil
+from types import ModuleType
 
 import pytest
 
@@ -18,9 +19,22 @@ MODULES = sorted(
 """Every module, subpackages included (walk_packages: a new subpackage is never skipped)."""
 
 
+def _module(name: str) -> ModuleType | None:
+    """The module, or None when it needs an optional extra that is not installed (the
+    ``otel`` extra's OpenTelemetry API, in CI's oldest-versions run)."""
+    try:
+        return importlib.import_module(f"langgraph_resilience.{name}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("langgraph_resilience"):
+            raise
+        return None
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_hold(name: str) -> None:
-    module = importlib.import_module(f"langgraph_resilience.{name}")
+    module = _module(name)
+    if module is None:
+        pytest.skip(f"langgraph_resilience.{name} needs an extra that is not installed")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS, verbose=False)
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
 
@@ -38,8 +52,6 @@ def test_every_subpackage_is_walked() -> None:
 
 def test_the_package_has_examples_to_check() -> None:
     """Guards the test above against finding nothing (e.g. a renamed package path)."""
-    attempted = sum(
-        doctest.testmod(importlib.import_module(f"langgraph_resilience.{name}")).attempted
-        for name in MODULES
-    )
+    modules = [module for name in MODULES if (module := _module(name)) is not None]
+    attempted = sum(doctest.testmod(module).attempted for module in modules)
     assert attempted >= 100
