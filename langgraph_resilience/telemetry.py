@@ -52,12 +52,24 @@ from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Outcome, observe, unobserve
 from langgraph_resilience.graph.answers import Raised, tool_error_of
 
-__all__ = ["Telemetry", "instrument", "uninstrument"]
+__all__ = ["COUNTERS", "Telemetry", "instrument", "uninstrument"]
 
 _SCOPE = "langgraph_resilience"
 _LLM_CALLS = {"repair_requested": "repair", "plan_verdict": "replan"}
 """The events that stand for one model call spent on recovery, and what for."""
 _ATTRIBUTE_TYPES = (str, bool, int, float)
+
+COUNTERS: dict[str, tuple[str, str]] = {
+    "resilience.tool.attempts": ("{attempt}", "Tool attempts."),
+    "resilience.tool.retries": ("{retry}", "Retries scheduled."),
+    "resilience.tool.gave_up": ("{call}", "Calls answered with their failure."),
+    "resilience.breaker.transitions": ("{transition}", "Breaker state changes."),
+    "resilience.effect.reconciliations": ("{effect}", "Side effects found done."),
+    "resilience.effect.replays": ("{effect}", "Side effects answered from the ledger."),
+    "resilience.effect.unknown": ("{effect}", "Side effects of unknown outcome."),
+    "resilience.recovery.llm_calls": ("{call}", "Model calls spent on recovery."),
+}
+"""The counters `Telemetry` keeps: name -> (unit, description)."""
 
 
 class Telemetry:
@@ -71,29 +83,11 @@ class Telemetry:
         self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
 
-        def counter(name: str, unit: str, description: str) -> metrics.Counter:
-            return meter.create_counter(name, unit=unit, description=description)
-
-        self.attempts = counter("resilience.tool.attempts", "{attempt}", "Tool attempts.")
-        self.retries = counter("resilience.tool.retries", "{retry}", "Retries scheduled.")
-        self.gave_up = counter(
-            "resilience.tool.gave_up", "{call}", "Calls answered with their failure."
-        )
-        self.transitions = counter(
-            "resilience.breaker.transitions", "{transition}", "Breaker state changes."
-        )
-        self.reconciliations = counter(
-            "resilience.effect.reconciliations", "{effect}", "Side effects found done."
-        )
-        self.replays = counter(
-            "resilience.effect.replays", "{effect}", "Side effects answered from the ledger."
-        )
-        self.unknown = counter(
-            "resilience.effect.unknown", "{effect}", "Side effects of unknown outcome."
-        )
-        self.llm_calls = counter(
-            "resilience.recovery.llm_calls", "{call}", "Model calls spent on recovery."
-        )
+        self.counters = {
+            name: meter.create_counter(name, unit=unit, description=description)
+            for name, (unit, description) in COUNTERS.items()
+        }
+        """Each counter of `COUNTERS`, by name."""
 
     @contextlib.contextmanager
     def step(self) -> Iterator[None]:
@@ -113,7 +107,9 @@ class Telemetry:
             def outcome(answer: Any) -> None:
                 error = _error_of(answer)
                 result = "ok" if error is None else error.failure_class.value
-                self.attempts.add(1, {"gen_ai.tool.name": tool, "resilience.outcome": result})
+                self.counters["resilience.tool.attempts"].add(
+                    1, {"gen_ai.tool.name": tool, "resilience.outcome": result}
+                )
                 span.set_attribute("resilience.outcome", result)
                 if error is not None:
                     span.set_attribute("error.type", error.type)
@@ -123,29 +119,38 @@ class Telemetry:
             yield outcome
 
     def event(self, kind: str, fields: Mapping[str, Any]) -> None:
-        """A span event on the current span, and the metric the event moves."""
-        attributes = _attributes(fields)
+        """A span event on the current span, and the counter points the event makes."""
         span = trace.get_current_span()
         if span.is_recording():
-            span.add_event(f"resilience.{kind}", attributes)
-        tool = {"gen_ai.tool.name": str(fields.get("tool", ""))}
-        if kind == "retry_scheduled":
-            failure = str(fields.get("failure_class", ""))
-            self.retries.add(1, {**tool, "resilience.failure_class": failure})
-        elif kind == "gave_up":
-            failure = str(fields.get("failure_class", ""))
-            self.gave_up.add(1, {**tool, "resilience.failure_class": failure})
-            if failure == FailureClass.UNKNOWN.value:
-                self.unknown.add(1, tool)
-        elif kind == "breaker":
-            state = {"resilience.breaker.state": str(fields.get("to_state", ""))}
-            self.transitions.add(1, {"resilience.breaker": str(fields.get("key", "")), **state})
-        elif kind == "effect_reconciled":
-            self.reconciliations.add(1, tool)
-        elif kind == "effect_replayed":
-            self.replays.add(1, tool)
-        elif kind in _LLM_CALLS:
-            self.llm_calls.add(1, {"resilience.purpose": _LLM_CALLS[kind]})
+            span.add_event(f"resilience.{kind}", _attributes(fields))
+        for name, attributes in _points(kind, fields):
+            self.counters[name].add(1, attributes)
+
+
+def _points(kind: str, fields: Mapping[str, Any]) -> list[tuple[str, dict[str, str]]]:
+    """The counter points an event makes: (counter, attributes) each."""
+    tool = {"gen_ai.tool.name": str(fields.get("tool", ""))}
+    failure = {**tool, "resilience.failure_class": str(fields.get("failure_class", ""))}
+    if kind == "retry_scheduled":
+        return [("resilience.tool.retries", failure)]
+    if kind == "gave_up":
+        unknown = fields.get("failure_class") == FailureClass.UNKNOWN.value
+        return [("resilience.tool.gave_up", failure)] + (
+            [("resilience.effect.unknown", tool)] if unknown else []
+        )
+    if kind == "breaker":
+        breaker = {
+            "resilience.breaker": str(fields.get("key", "")),
+            "resilience.breaker.state": str(fields.get("to_state", "")),
+        }
+        return [("resilience.breaker.transitions", breaker)]
+    if kind == "effect_reconciled":
+        return [("resilience.effect.reconciliations", tool)]
+    if kind == "effect_replayed":
+        return [("resilience.effect.replays", tool)]
+    if kind in _LLM_CALLS:
+        return [("resilience.recovery.llm_calls", {"resilience.purpose": _LLM_CALLS[kind]})]
+    return []
 
 
 def _error_of(answer: Any) -> ToolError | None:

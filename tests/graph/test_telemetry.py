@@ -172,3 +172,31 @@ def test_create_agent_with_the_middleware_makes_the_same_spans(runner: Runner, o
     assert [s.attributes["resilience.outcome"] for s in otel.attempts()] == ["transient", "ok"]  # type: ignore[index]
     attempts = {a["resilience.outcome"]: v for a, v in otel.points("resilience.tool.attempts")}
     assert attempts == {"transient": 1, "ok": 1}
+
+
+def test_every_counter_is_moved_by_the_event_that_names_it() -> None:
+    """The counters the graph tests do not reach: replays, unknown outcomes, recovery
+    LLM calls; and every named counter exists."""
+    from langgraph_resilience.telemetry import COUNTERS, _points  # noqa: PLC0415
+
+    gave_up = _points("gave_up", {"tool": "pay", "failure_class": "unknown"})
+    assert gave_up == [
+        (
+            "resilience.tool.gave_up",
+            {"gen_ai.tool.name": "pay", "resilience.failure_class": "unknown"},
+        ),
+        ("resilience.effect.unknown", {"gen_ai.tool.name": "pay"}),
+    ]
+    assert _points("effect_replayed", {"tool": "pay"}) == [
+        ("resilience.effect.replays", {"gen_ai.tool.name": "pay"})
+    ]
+    assert _points("repair_requested", {"tool": "pay"}) == [
+        ("resilience.recovery.llm_calls", {"resilience.purpose": "repair"})
+    ]
+    assert _points("plan_verdict", {"accepted": True}) == [
+        ("resilience.recovery.llm_calls", {"resilience.purpose": "replan"})
+    ]
+    assert _points("route", {"to": "agent"}) == []
+    kinds = ["retry_scheduled", "gave_up", "breaker", "effect_reconciled", "effect_replayed"]
+    named = {name for kind in kinds for name, _ in _points(kind, {"failure_class": "unknown"})}
+    assert named | {"resilience.tool.attempts", "resilience.recovery.llm_calls"} == set(COUNTERS)
