@@ -49,24 +49,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
 import heapq
 import json
 import platform
 import random
-import secrets
 import statistics
 import sys
 import threading
 import time
 import timeit
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import conninfo, sql
 
+from benchmarks.scratch import scratch_database
 from langgraph_resilience.core.backoff import backoff_delay
 from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.core.budget import RetryBudget
@@ -229,25 +227,11 @@ def concurrency(quick: bool) -> dict[str, Any]:
 # ------------------------------------------------------------- 3. Postgres
 
 
-@contextlib.contextmanager
-def _scratch_database(dsn: str) -> Iterator[str]:
-    name = f"lgr_bench_{secrets.token_hex(6)}"
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield conninfo.make_conninfo(dsn, dbname=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
-
-
 def postgres(dsn: str, quick: bool) -> dict[str, float]:
     """Median microseconds of the store's operations vs a bare SELECT 1, same connection."""
     samples = 200 if quick else 1000
     with (
-        _scratch_database(dsn) as scratch,
+        scratch_database(dsn) as scratch,
         psycopg.connect(scratch, **POSTGRES_CONNECTION_KWARGS) as conn,
     ):
         store = PostgresBreakerStore(conn)

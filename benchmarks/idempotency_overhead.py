@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
 import json
 import os
@@ -52,13 +51,14 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 from psycopg import pq
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from benchmarks.scratch import scratch_database
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.stores.postgres import (
@@ -89,20 +89,6 @@ _ids = itertools.count()
 
 def _key() -> str:
     return f"pay:{uuid.uuid4().hex}{next(_ids)}"
-
-
-@contextlib.contextmanager
-def scratch_database(admin_dsn: str) -> Iterator[str]:
-    """Create ``lgr_bench_idem_<random>`` and drop it afterwards."""
-    name = f"lgr_bench_idem_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    base, _, _ = admin_dsn.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def summarize(samples: list[float]) -> dict[str, float]:
@@ -279,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     calls = 300 if args.quick else args.calls
     admin = args.dsn or DEFAULT_DSN
     try:
-        with scratch_database(admin) as dsn:
+        with scratch_database(admin, "lgr_bench_idem") as dsn:
             facts = server_facts(dsn)
             with psycopg.connect(dsn, **POSTGRES_CONNECTION_KWARGS) as conn:
                 PostgresIdempotencyStore(conn).setup()

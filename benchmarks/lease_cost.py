@@ -33,12 +33,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -47,6 +46,7 @@ from langchain_core.tools import tool
 from langgraph.graph import MessagesState, StateGraph
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from benchmarks.scratch import scratch_database
 from langgraph_resilience import (
     ResilienceState,
     ToolProfile,
@@ -59,20 +59,6 @@ from langgraph_resilience import (
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-
-@contextlib.contextmanager
-def scratch_database(admin_dsn: str) -> Iterator[str]:
-    """Create ``lgr_bench_lease_<random>`` and drop it afterwards."""
-    name = f"lgr_bench_lease_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    base, _, _ = admin_dsn.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def via_port(dsn: str, port: int) -> str:
@@ -251,7 +237,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     report: dict[str, Any] = {}
-    with scratch_database(args.dsn) as scratch:
+    with scratch_database(args.dsn, "lgr_bench_lease") as scratch:
         with open_postgres(scratch):
             pass  # the tables, once
         routes = {"straight": scratch}

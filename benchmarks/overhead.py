@@ -71,7 +71,6 @@ import os
 import platform
 import pstats
 import random
-import secrets
 import sqlite3
 import statistics
 import sys
@@ -94,9 +93,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.prebuilt import tool_node as tool_node_module
-from psycopg import conninfo, sql
 from psycopg.rows import dict_row
 
+from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.clock import SystemClock
@@ -472,21 +471,15 @@ def bench_turns(
 @contextlib.contextmanager
 def postgres_saver(dsn: str) -> Iterator[BaseCheckpointSaver[Any]]:
     """A `PostgresSaver` on a fresh database that is dropped afterwards."""
-    name = f"lgr_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        try:
-            bench_dsn = conninfo.make_conninfo(dsn, dbname=name)
-            with psycopg.connect(
-                bench_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
-            ) as conn:
-                saver = PostgresSaver(conn)
-                saver.setup()
-                yield saver
-        finally:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with (
+        scratch_database(dsn) as bench_dsn,
+        psycopg.connect(
+            bench_dsn, autocommit=True, prepare_threshold=0, row_factory=dict_row
+        ) as conn,
+    ):
+        saver = PostgresSaver(conn)
+        saver.setup()
+        yield saver
 
 
 @contextlib.contextmanager

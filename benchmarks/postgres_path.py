@@ -54,7 +54,6 @@ import contextlib
 import dataclasses
 import json
 import re
-import secrets
 import statistics
 import sys
 import tempfile
@@ -73,9 +72,10 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from overhead import bootstrap_ratio, probe_postgres, quantile
-from psycopg import conninfo, pq, sql
+from psycopg import pq
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
 from langgraph_resilience.core.effects import IdempotencyRecord
 from langgraph_resilience.core.redaction import redact
@@ -239,21 +239,6 @@ async def aturn(graph: Any) -> None:
 
 
 # ------------------------------------------------------------------ the database
-
-
-@contextlib.contextmanager
-def scratch_database(dsn: str) -> Iterator[str]:
-    """``lgr_bench_<random>``, dropped afterwards; its DSN."""
-    name = f"lgr_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield conninfo.make_conninfo(dsn, dbname=name)
-    finally:
-        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
 
 
 def _pool(dsn: str, size: int) -> ConnectionPool[Any]:

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import secrets
 import statistics
 import sys
 import time
@@ -38,7 +37,6 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import psycopg
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
@@ -49,6 +47,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from overhead import bootstrap_ratio, probe_postgres
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from benchmarks.scratch import scratch_database
 from langgraph_resilience import (
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
@@ -206,18 +205,6 @@ def report(mode: str, result: dict[str, Any]) -> None:
         print(f"  {variant:<11} {ms:7.2f}")
     for name, (ratio, low, high) in result["ratios"].items():
         print(f"  {name:<24} {ratio:.3f}x ({low:.3f}-{high:.3f})")
-
-
-@contextlib.contextmanager
-def scratch_database(admin_dsn: str) -> Iterator[str]:
-    name = f"lgr_bench_{secrets.token_hex(6)}"
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield psycopg.conninfo.make_conninfo(admin_dsn, dbname=name)
-    finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def main(argv: list[str] | None = None) -> int:

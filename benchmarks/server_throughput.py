@@ -66,7 +66,6 @@ import math
 import os
 import pathlib
 import platform
-import secrets
 import shutil
 import signal
 import socket
@@ -82,7 +81,8 @@ from typing import Any
 import httpx
 import psycopg
 from langgraph_sdk import get_client
-from psycopg import conninfo, sql
+
+from benchmarks.scratch import scratch_database
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 APP = ROOT / "tests" / "server" / "app"
@@ -237,21 +237,13 @@ class Server:
 @contextlib.contextmanager
 def effects_database(dsn: str) -> Iterator[str]:
     """A fresh database ``bench_srv_<random>`` with the ``effects`` table; dropped after."""
-    name = f"bench_srv_{secrets.token_hex(4)}"
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        try:
-            bench_dsn = conninfo.make_conninfo(dsn, dbname=name)
-            with psycopg.connect(bench_dsn, autocommit=True) as conn:
-                conn.execute(
-                    "CREATE TABLE effects (order_id text NOT NULL, key text,"
-                    " at timestamptz DEFAULT now())"
-                )
-            yield bench_dsn
-        finally:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with scratch_database(dsn, "bench_srv") as bench_dsn:
+        with psycopg.connect(bench_dsn, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE effects (order_id text NOT NULL, key text,"
+                " at timestamptz DEFAULT now())"
             )
+        yield bench_dsn
 
 
 def count_effects(dsn: str, prefix: str) -> tuple[int, int]:

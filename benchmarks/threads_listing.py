@@ -40,7 +40,6 @@ depend on the machine's load, printed with them.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import io
 import itertools
@@ -51,14 +50,14 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.postgres import PostgresSaver
 
+from benchmarks.scratch import scratch_database
 from langgraph_resilience.cli import main as cli_main
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS, list_threads
@@ -66,21 +65,6 @@ from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS, 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TEMPLATE = "lgr-bench-template"
 TARGET_SECONDS = 5.0
-
-
-@contextlib.contextmanager
-def scratch_database(admin_dsn: str, *, keep: bool = False) -> Iterator[str]:
-    """Create ``lgr_bench_threads_<random>`` and drop it afterwards (unless `keep`)."""
-    name = f"lgr_bench_threads_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin_dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    base, _, _ = admin_dsn.rpartition("/")
-    try:
-        yield f"{base}/{name}"
-    finally:
-        if not keep:
-            with psycopg.connect(admin_dsn, autocommit=True) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def run_demo_thread(dsn: str, thread_id: str = TEMPLATE) -> None:
@@ -309,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the database")
     args = parser.parse_args(argv)
     try:
-        with scratch_database(args.dsn, keep=args.keep) as dsn:
+        with scratch_database(args.dsn, "lgr_bench_threads", keep=args.keep) as dsn:
             start = time.perf_counter()
             expected = build_database(
                 dsn, threads=args.threads, checkpoints=args.checkpoints, seed=args.seed
