@@ -243,3 +243,17 @@ def test_notebook_declares_the_python3_kernel(path: pathlib.Path) -> None:
     """Notebooks name the standard python3 kernel, which CI and users both have."""
     metadata = json.loads(path.read_text(encoding="utf-8"))["metadata"]
     assert metadata["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.slow
+def test_an_offline_html_export_shows_the_graph() -> None:
+    """nbconvert's HTML hides a Mermaid block until mermaid.js, loaded from the network,
+    draws it; the graph's edges are also printed as text, which shows offline."""
+    from nbconvert import HTMLExporter  # noqa: PLC0415
+
+    path = ROOT / "notebooks" / "01_classification_and_envelope.ipynb"
+    html, _ = HTMLExporter().from_notebook_node(nbformat.read(path, as_version=4))
+    plain: list[str] = re.findall(r"<pre>(.*?)</pre>", html, re.DOTALL)
+    assert any("answer_pending --&gt; agent" in block for block in plain)
+    assert any("tools -.-&gt; retry" in block for block in plain)
+    assert "$$" not in (ROOT / "notebooks" / "00_why_this_matters.ipynb").read_text()
