@@ -33,6 +33,7 @@ from langgraph_resilience.core.effects import IdempotencyStore
 from langgraph_resilience.core.mcp import remote_envelope
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError, FailureClass, McpToolError, ToolError
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.graph.exactly_once import key_in_effect, storable
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 
@@ -271,6 +272,7 @@ class ToldOnce:
 def skipped_message(call: ToolCall, server: str, tools: Sequence[str]) -> ToolMessage:
     """A non-critical tool's answer while its server is down: a result, not a failure,
     so the model plans around it. It lists the server's tools once per task."""
+    emit(Event("call_skipped", tool=call["name"], call_id=call["id"] or "", server=server))
     body: dict[str, Any] = {"skipped": True, "reason": f"server {server} unavailable"}
     if tools:
         body["unavailable_tools"] = list(tools)
@@ -323,7 +325,8 @@ def mcp_server_tool(
         claim = await store.aclaim(
             key, tool=tool.name, args_json=canonical_args(arguments), thread_id=f"mcp:{tool.name}"
         )
-        if claim.state == "done":
+        if claim.state == "done":  # a repeat of a request already run: its first result
+            emit(Event("effect_deduplicated", tool=tool.name, key=key))
             return claim.record.result
         if claim.state == "pending":
             return refused(_in_progress(tool.name))

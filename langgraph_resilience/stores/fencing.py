@@ -29,6 +29,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
+from langgraph_resilience.errors import ThreadLockLostError
+from langgraph_resilience.events import Event, emit
 from langgraph_resilience.stores.held import Fence, current_fence, holding
 from langgraph_resilience.stores.leases import abandon
 from langgraph_resilience.stores.postgres import PersistenceError, first_line
@@ -51,17 +53,25 @@ def _thread_of(config: RunnableConfig | Mapping[str, Any] | str) -> str:
 
 def check_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
     """Stop (`ThreadLockLostError`) if this context holds the thread's lease and lost it
-    (one statement; nothing when it holds none)."""
+    (one statement; nothing when it holds none). A stop is a ``fenced`` event."""
     fence = current_fence(_thread_of(config))
     if fence is not None:
-        fence.check()
+        try:
+            fence.check()
+        except ThreadLockLostError:
+            emit(Event("fenced", thread_id=fence.thread_id, fence=fence.token))
+            raise
 
 
 async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
     """Async `check_fence`."""
     fence = current_fence(_thread_of(config))
     if fence is not None:
-        await fence.acheck()
+        try:
+            await fence.acheck()
+        except ThreadLockLostError:
+            emit(Event("fenced", thread_id=fence.thread_id, fence=fence.token))
+            raise
 
 
 def _write_failed(config: RunnableConfig, exc: BaseException) -> PersistenceError:
