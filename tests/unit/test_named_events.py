@@ -84,6 +84,7 @@ def test_a_run_stopped_by_its_fence_is_a_fenced_event(recorder: Recorder) -> Non
 def test_a_repeat_an_mcp_server_answers_from_its_ledger_is_deduplicated(
     recorder: Recorder,
 ) -> None:
+    pytest.importorskip("langchain_mcp_adapters", reason="the mcp extra is not installed")
     from langgraph_resilience.graph.mcp import IDEMPOTENCY_META, mcp_server_tool  # noqa: PLC0415
 
     runs: list[int] = []
