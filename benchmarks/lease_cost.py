@@ -52,10 +52,9 @@ from langgraph_resilience import (
     ToolProfile,
     add_resilience,
     aopen_postgres,
-    athread_lock,
     open_postgres,
-    thread_lock,
 )
+from langgraph_resilience.stores import athread_lock, thread_lock
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.testing import FakeHTTPError
 

@@ -48,14 +48,12 @@ from overhead import bootstrap_ratio, probe_postgres
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from benchmarks.scratch import scratch_database
-from langgraph_resilience import (
+from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
+from langgraph_resilience.stores import (
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
     PostgresIdempotencyStore,
     PostgresSagaLog,
-    ResilienceState,
-    ToolProfile,
-    add_resilience,
 )
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls

@@ -60,7 +60,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from benchmarks.scratch import scratch_database
 from langgraph_resilience.cli import main as cli_main
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS, list_threads
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.threads import list_threads
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 TEMPLATE = "lgr-bench-template"

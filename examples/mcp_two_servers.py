@@ -37,12 +37,12 @@ from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     BreakerConfig,
-    InMemoryBreakerStore,
     ResilienceState,
     ToolProfile,
     add_resilience,
-    load_mcp_tools,
 )
+from langgraph_resilience.mcp import load_mcp_tools
+from langgraph_resilience.stores import InMemoryBreakerStore
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 
 

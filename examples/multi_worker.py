@@ -44,21 +44,21 @@ from langgraph.graph import MessagesState, StateGraph
 from langgraph_resilience import (
     EVENT_KEY,
     BreakerConfig,
-    BreakerStore,
-    InMemoryBreakerStore,
-    PostgresBreakerStore,
     ResiliencePolicy,
     ResilienceState,
-    SystemClock,
     ToolProfile,
     add_resilience,
-    tool_error_of,
-)
-from langgraph_resilience.stores.persistence import (
-    Persistence,
     open_postgres,
     open_sqlite,
     thread_status,
+    tool_error_of,
+)
+from langgraph_resilience.core import SystemClock
+from langgraph_resilience.stores import (
+    BreakerStore,
+    InMemoryBreakerStore,
+    Persistence,
+    PostgresBreakerStore,
 )
 from langgraph_resilience.testing import (
     Fault,

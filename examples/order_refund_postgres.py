@@ -43,18 +43,15 @@ from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     EVENT_KEY,
-    EffectStatus,
     ResilienceState,
     ToolProfile,
     add_resilience,
     current_idempotency_key,
-)
-from langgraph_resilience.stores.persistence import (
-    Persistence,
     open_postgres,
     open_sqlite,
     thread_status,
 )
+from langgraph_resilience.stores import EffectStatus, Persistence
 from langgraph_resilience.testing import (
     FakeClock,
     Fault,

@@ -21,13 +21,13 @@ Exception tree (the subclasses defined next to the code that raises them)::
     │   ├── PlanError                   (plan/model.py) an unusable plan
     │   │   ├── PlanReferenceError      .reference: a $steps reference that cannot resolve
     │   │   └── PlanCycleError          .cycle: the steps that depend on each other
-    │   ├── PersistenceError            (postgres.py) cannot open the store; DSN redacted
-    │   │   └── SetupTimeoutError       (postgres.py) start-up setup waited too long, never hangs
+    │   ├── PersistenceError            cannot open the store; the DSN redacted
+    │   │   └── SetupTimeoutError       start-up setup waited too long, never hangs
     │   ├── LedgerUnavailableError      .operation: our own ledger failed; never the tool's
     │   ├── StepNotSavedError           the step asking for a side effect was not saved
     │   ├── ThreadBusyError             another runner holds the thread
     │   │   └── ThreadLockLostError     this runner's lease lapsed or was taken over: it stopped
-    │   └── ThreadNotFoundError         (threads.py) no checkpoint for the thread id
+    │   └── ThreadNotFoundError         no checkpoint for the thread id
     ├── TimeoutError
     │   └── AttemptAbandoned            .grace: tool_timeout gave up; it may still land
     ├── ValueError
@@ -53,13 +53,17 @@ __all__ = [
     "McpServerDownError",
     "McpToolError",
     "OutputValidationError",
+    "PersistenceError",
     "ResilienceError",
     "ResilienceWarning",
+    "SetupTimeoutError",
+    "StepNotSavedError",
     "ThreadBusyError",
     "ThreadLockLostError",
-    "ToolGoneError",
+    "ThreadNotFoundError",
     "ToolError",
     "ToolFailure",
+    "ToolGoneError",
 ]
 
 
@@ -316,3 +320,35 @@ ExhaustionReason = Literal[
     "retry_after",
 ]
 """Why a failure went back to the agent instead of to (another) recovery step."""
+
+
+class PersistenceError(ResilienceError):
+    """The checkpointer or store could not be opened; the message names the target
+    with any password redacted."""
+
+
+class SetupTimeoutError(PersistenceError):
+    """Creating our tables at start-up waited too long: another process held the setup
+    lock (or a lock on our tables) for longer than start-up waits. It never hangs."""
+
+    @classmethod
+    def waiting(cls, what: str, *, seconds: str = "") -> SetupTimeoutError:
+        """The error of a setup of `what` that gave up waiting."""
+        waited = f" for {seconds}" if seconds else ""
+        return cls(
+            f"setting up {what} waited{waited} for another process's setup (or a lock on "
+            "our tables) and gave up; start again once it is done, or create the tables "
+            "once from a deploy step (open_postgres(dsn) or store.setup()) and start the "
+            "workers with setup=False"
+        )
+
+
+class ThreadNotFoundError(ResilienceError):
+    """`resume` was asked to continue a thread that has no checkpoint."""
+
+    def __init__(self, thread_id: str) -> None:
+        super().__init__(
+            f"thread {thread_id!r} has no checkpoint to resume from; start it with "
+            "app.invoke(inputs, config) first, or check the thread id and the checkpointer"
+        )
+        self.thread_id = thread_id

@@ -23,18 +23,7 @@ from langgraph.config import get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
 
-__all__ = [
-    "EVENT_KEY",
-    "Event",
-    "Observer",
-    "emit",
-    "listening",
-    "logger",
-    "observe",
-    "observed_attempt",
-    "observed_step",
-    "unobserve",
-]
+__all__ = ["EVENT_KEY", "Event", "Observer", "observe", "unobserve"]
 
 logger = logging.getLogger("langgraph_resilience")
 

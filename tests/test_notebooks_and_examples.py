@@ -24,16 +24,13 @@ from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from traitlets import default
 
+from tests.unit.test_public_face import PUBLIC_MODULES as REFERENCE_MODULES
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DSN_ENV = "LANGGRAPH_RESILIENCE_DSN"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
-PUBLIC_MODULES = {
-    "langgraph_resilience",
-    "langgraph_resilience.stores.persistence",
-    "langgraph_resilience.core.reliability",
-    "langgraph_resilience.testing",
-}
+PUBLIC_MODULES = set(REFERENCE_MODULES)
 """What notebooks and examples may import from the package: the public API only."""
 
 

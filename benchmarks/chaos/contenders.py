@@ -62,12 +62,12 @@ from benchmarks.chaos.tasks import (
 )
 from langgraph_resilience import (
     BreakerConfig,
-    BreakerStore,
     ResiliencePolicy,
     ResilienceState,
     ToolProfile,
     add_resilience,
 )
+from langgraph_resilience.stores import BreakerStore
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel
 
 __all__ = [

@@ -45,13 +45,13 @@ from langgraph.prebuilt import ToolNode, tools_condition
 
 from langgraph_resilience import (
     BreakerConfig,
-    InMemoryBreakerStore,
     ResilienceMiddleware,
     ResilienceState,
     ToolProfile,
     add_resilience,
-    aload_mcp_tools,
 )
+from langgraph_resilience.mcp import aload_mcp_tools
+from langgraph_resilience.stores import InMemoryBreakerStore
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 
 __all__ = ["CONTENDERS", "Outcome", "main", "run_mix"]

@@ -28,12 +28,10 @@ from benchmarks.chaos.tasks import (
     turn_judged,
     turns_of,
 )
-from langgraph_resilience import (
-    BreakerConfig,
-    InMemoryBreakerStore,
-    call_key,
-)
+from langgraph_resilience import BreakerConfig
+from langgraph_resilience.core import call_key
 from langgraph_resilience.core.breaker import Outcome, Transition
+from langgraph_resilience.stores import InMemoryBreakerStore
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from langgraph_resilience.testing.faults import (
     ChaosTool,

@@ -56,7 +56,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field
 
-from langgraph_resilience import EffectStatus, canonical_args, current_idempotency_key
+from langgraph_resilience import current_idempotency_key
+from langgraph_resilience.core import canonical_args
+from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.testing import ScriptedChatModel
 
 __all__ = [

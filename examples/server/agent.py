@@ -29,9 +29,9 @@ from langchain_core.tools import tool
 from langgraph_resilience import (
     ResilienceMiddleware,
     ToolProfile,
-    ashared_postgres,
     current_idempotency_key,
 )
+from langgraph_resilience.stores import ashared_postgres
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
 
 REFUNDS: dict[str, str] = {}

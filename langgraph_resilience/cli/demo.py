@@ -47,12 +47,9 @@ from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
     BreakerConfig,
-    EffectStatus,
     FailureClass,
-    IdempotencyStore,
     ResiliencePolicy,
     ResilienceState,
-    ToolFailure,
     ToolProfile,
     add_resilience,
     current_idempotency_key,
@@ -61,6 +58,8 @@ from langgraph_resilience import (
 from langgraph_resilience.cli.back_office import DemoStore, open_demo_store
 from langgraph_resilience.core.effects import SagaLog
 from langgraph_resilience.core.validation import parsed_content
+from langgraph_resilience.errors import ToolFailure
+from langgraph_resilience.stores import EffectStatus, IdempotencyStore
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, ScriptedChatModel
 
 __all__ = [

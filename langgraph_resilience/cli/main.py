@@ -229,7 +229,7 @@ def _dispatch(args: argparse.Namespace, stdout: TextIO | None, err: TextIO) -> i
     import psycopg  # noqa: PLC0415
 
     from langgraph_resilience.cli.output import Output, one_line  # noqa: PLC0415
-    from langgraph_resilience.stores.persistence import (  # noqa: PLC0415
+    from langgraph_resilience.errors import (  # noqa: PLC0415
         PersistenceError,
         ThreadBusyError,
         ThreadNotFoundError,

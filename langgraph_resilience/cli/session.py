@@ -20,11 +20,10 @@ from langgraph_resilience.cli.back_office import DemoStore, open_demo_store
 from langgraph_resilience.cli.demo import AfterEffect, SupportDemo, build_demo, is_demo_thread
 from langgraph_resilience.cli.options import DSN_ENV, UsageError
 from langgraph_resilience.core.redaction import redact
+from langgraph_resilience.errors import PersistenceError, ThreadBusyError
 from langgraph_resilience.graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.stores.persistence import (
     Persistence,
-    PersistenceError,
-    ThreadBusyError,
     open_postgres,
     open_sqlite,
 )

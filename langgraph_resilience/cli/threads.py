@@ -22,7 +22,11 @@ from langgraph_resilience.cli.session import (
     unfinished,
 )
 from langgraph_resilience.graph.escalate import ESCALATION_TYPE
-from langgraph_resilience.stores.persistence import ThreadStatus, list_threads, thread_status
+from langgraph_resilience.stores.threads import (
+    ThreadStatus,
+    list_threads,
+    thread_status,
+)
 
 __all__ = ["cmd_threads"]
 

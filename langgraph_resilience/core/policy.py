@@ -104,7 +104,7 @@ class ResiliencePolicy:
     by the retry node, checkpointed and resumable. None sends every retry through the
     retry node. The default, 1 s, covers the default policy's first two backoffs
     (up to 0.5 s and 1 s) while a checkpoint costs milliseconds; what a crash inside
-    the step costs is bounded by it (see `core.decide.retry_in_step`)."""
+    the step costs is bounded by it (see `core.decision.retry_in_step`)."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

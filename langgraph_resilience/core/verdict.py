@@ -1,5 +1,5 @@
 """`Verdict` and `Rule`: what a classification rule returns, in a module of their own so
-rule tables beyond `core.classify` (e.g. `core.mcp`) can build verdicts without a cycle."""
+rule tables beyond `core.classification` (e.g. `core.mcp`) can build verdicts without a cycle."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from typing import Any
 from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.types import Command
 
-from langgraph_resilience.core.classify import Rule, classify
+from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.loops import LoopKind
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.redaction import mask_args, redact

@@ -19,8 +19,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCa
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.classify import Rule, classify
-from langgraph_resilience.core.decide import retry_wait
+from langgraph_resilience.core.classification import Rule, classify
+from langgraph_resilience.core.decision import retry_wait
 from langgraph_resilience.core.effects import effect_identity, item_idempotency_key
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile

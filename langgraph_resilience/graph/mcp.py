@@ -28,7 +28,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, ToolCall, ToolMes
 from langchain_core.tools import BaseTool, StructuredTool
 
 from langgraph_resilience.core.canonical import canonical_args
-from langgraph_resilience.core.classify import DEFAULT_RULES, Rule, classify
+from langgraph_resilience.core.classification import DEFAULT_RULES, Rule, classify
 from langgraph_resilience.core.effects import IdempotencyStore
 from langgraph_resilience.core.mcp import remote_envelope
 from langgraph_resilience.core.profile import ToolProfile

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import BaseTool
 
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.mcp import Reconnect, reconnect_wait
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolFailure

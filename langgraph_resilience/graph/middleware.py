@@ -62,9 +62,9 @@ from langgraph.types import Command
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
-from langgraph_resilience.core.classify import Rule
+from langgraph_resilience.core.classification import Rule
 from langgraph_resilience.core.clock import Clock
-from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON
+from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy

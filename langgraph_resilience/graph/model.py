@@ -40,7 +40,7 @@ retries by exception *type* with its own wall-clock sleeps, so it cannot tell a
 Retry-After, and ignores the injected clock; ``with_fallbacks`` falls through
 on any exception. Neither counts outcomes, so a dead primary would still be
 called (and retried) on every turn, and both return a runnable rather than a
-chat model. The decision step here is one pure function, `core.decide.decide_model`
+chat model. The decision step here is one pure function, `core.decision.decide_model`
 (on the same retry rule as tools), and the call sequence one `core.flow` flow
 (`ResilientChatModel.flow`) driven by the package's one sync and one async driver.
 
@@ -75,9 +75,9 @@ from langgraph.errors import GraphBubbleUp
 from pydantic import ConfigDict, InstanceOf
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore, Outcome
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
-from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON, ModelStep, decide_model
+from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON, ModelStep, decide_model
 from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.redaction import redact

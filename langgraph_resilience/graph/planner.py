@@ -39,7 +39,7 @@ from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel
 
 from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.plan import (

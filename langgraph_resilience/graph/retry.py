@@ -1,6 +1,6 @@
 """The retry node: it waits, through the injected clock, until a scheduled retry is due.
 
-The tools node decides *whether* and *how long* (`core.decide`, `core.backoff`); this
+The tools node decides *whether* and *how long* (`core.decision`, `core.backoff`); this
 node only waits until the due time stored in the ledger and hands back to the tools
 node. Because the due time is wall-clock and checkpointed, a thread resumed after a
 crash waits only what remains of its backoff. It sees only long waits (beyond

@@ -4,7 +4,7 @@ In the style of LangGraph's `tools_condition`: `route_after_agent` after the age
 node, `next_step` after every recovery node (the first waiting path, in a fixed
 order). The tools node, the one on every turn's path, routes itself (`SelfRouted`,
 `next_after`: the same `next_step`, on the state its update leaves). The decisions
-themselves are in `core.decide`.
+themselves are in `core.decision`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Short backoffs retried inside the tools step: no retry node, no extra checkpoints.
 
 A tools step settles its calls (`tool_step.finish_step`); a call it scheduled for a
-retry whose wait is short (`core.decide.retry_in_step`) is not handed to the retry
+retry whose wait is short (`core.decision.retry_in_step`) is not handed to the retry
 node: the step sleeps that wait on its clock and runs again, on the state its own
 update leaves, until no short wait is left. Each run is a whole tools step (the
 batch planned afresh, so budgets, deadlines, breakers and the exactly-once ledger
@@ -9,7 +9,7 @@ apply to every attempt; every attempt emits its ``attempt`` event and counts in 
 call's record), and the step writes their updates as one. A long wait stays in the
 ledger for the retry node, checkpointed and resumable.
 
-The crash rule is `core.decide.retry_in_step`'s: the step's attempts are
+The crash rule is `core.decision.retry_in_step`'s: the step's attempts are
 checkpointed when it ends; a crash inside it resumes from the checkpoint before it
 and repeats the step's executions once, except a side effect, which the
 exactly-once ledger reconciles instead of running again.
@@ -26,7 +26,7 @@ from typing import Any
 from langchain_core.messages import AnyMessage
 from langgraph.types import Command
 
-from langgraph_resilience.core.decide import retry_in_step
+from langgraph_resilience.core.decision import retry_in_step
 from langgraph_resilience.core.flow import Flow, Sleep
 from langgraph_resilience.events import Event, emit, observed_step
 from langgraph_resilience.graph.state import Ledger, apply_update, compose_deltas

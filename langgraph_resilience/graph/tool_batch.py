@@ -20,9 +20,9 @@ from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 
 from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.classify import Rule, classify, unknown_tool_error
+from langgraph_resilience.core.classification import Rule, classify, unknown_tool_error
 from langgraph_resilience.core.clock import Clock
-from langgraph_resilience.core.decide import remembered_gone
+from langgraph_resilience.core.decision import remembered_gone
 from langgraph_resilience.core.loops import detect_loop
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile

@@ -18,7 +18,7 @@ from langchain_core.messages import AnyMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolInvocationError
 
 from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.decide import Decision, decide, decide_repair, unrecovered
+from langgraph_resilience.core.decision import Decision, decide, decide_repair, unrecovered
 from langgraph_resilience.core.partial import PartialResult, as_partial_result, failed_items
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import CircuitOpenError, FailureClass, ToolError, ToolGoneError

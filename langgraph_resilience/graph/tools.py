@@ -30,7 +30,7 @@ from langgraph.types import Command
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
-from langgraph_resilience.core.classify import DEFAULT_RULES, Rule
+from langgraph_resilience.core.classification import DEFAULT_RULES, Rule
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.compensation import (
     CompensationReport,

@@ -30,7 +30,7 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
-from langgraph_resilience.core.classify import Rule
+from langgraph_resilience.core.classification import Rule
 from langgraph_resilience.core.clock import Clock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.policy import ResiliencePolicy

@@ -45,7 +45,7 @@ from langgraph_resilience.core.breaker import (
     record,
     release,
 )
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import CircuitOpenError, ConfigurationError

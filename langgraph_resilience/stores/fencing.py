@@ -29,11 +29,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-from langgraph_resilience.errors import ThreadLockLostError
+from langgraph_resilience.errors import PersistenceError, ThreadLockLostError
 from langgraph_resilience.events import Event, emit
 from langgraph_resilience.stores.held import Fence, current_fence, holding
 from langgraph_resilience.stores.leases import abandon
-from langgraph_resilience.stores.postgres import PersistenceError, first_line
+from langgraph_resilience.stores.postgres import first_line
 
 __all__ = [
     "AsyncFencedPostgresSaver",

@@ -39,9 +39,14 @@ from langgraph_resilience.core.lease import (
     renew_retry,
     wait_seconds,
 )
-from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
+from langgraph_resilience.errors import (
+    PersistenceError,
+    SetupTimeoutError,
+    ThreadBusyError,
+    ThreadLockLostError,
+)
 from langgraph_resilience.stores import lease_sql
-from langgraph_resilience.stores.postgres import PersistenceError, SetupTimeoutError, first_line
+from langgraph_resilience.stores.postgres import first_line
 
 __all__ = ["Lease", "LeaseRunner", "abandon", "acquire", "ensure_schema", "holder_prefix"]
 

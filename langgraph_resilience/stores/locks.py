@@ -35,10 +35,10 @@ from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.flow import adrive, drive
 from langgraph_resilience.core.lease import lease_ttl, wait_seconds
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.errors import ThreadBusyError
+from langgraph_resilience.errors import PersistenceError, ThreadBusyError
 from langgraph_resilience.stores.held import holding
 from langgraph_resilience.stores.leases import Lease, LeaseRunner, acquire, held_by
-from langgraph_resilience.stores.postgres import PersistenceError, Postgres, connect_error
+from langgraph_resilience.stores.postgres import Postgres, connect_error
 
 __all__ = [
     "LOCK_APPLICATION_NAME",

@@ -86,6 +86,7 @@ from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.lease import DEFAULT_LEASE_TTL
 from langgraph_resilience.core.lease import lease_ttl as lease_ttl_seconds
 from langgraph_resilience.core.redaction import redact
+from langgraph_resilience.errors import PersistenceError, SetupTimeoutError, ThreadBusyError
 from langgraph_resilience.stores.breakers import AsyncPostgresBreakerStore, PostgresBreakerStore
 from langgraph_resilience.stores.effect_ledger import attach_ledger
 from langgraph_resilience.stores.fencing import AsyncFencedPostgresSaver, FencedPostgresSaver
@@ -96,33 +97,14 @@ from langgraph_resilience.stores.postgres import (
     POSTGRES_CONNECTION_KWARGS,
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
-    PersistenceError,
     Postgres,
     PostgresIdempotencyStore,
     PostgresSagaLog,
-    SetupTimeoutError,
     connect_error,
     first_line,
 )
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore, SqliteSagaLog, sqlite_connect
-
-# isort: split
-# Transition shims (issue 17): names that moved out of this module, re-exported until
-# their callers import them from their new homes; then this block and its __all__
-# entries are deleted.
-from langgraph_resilience.errors import ThreadBusyError
-from langgraph_resilience.stores.locks import LOCK_APPLICATION_NAME
-from langgraph_resilience.stores.threads import (
-    ThreadNotFoundError,
-    ThreadStatus,
-    alist_threads,
-    aresume,
-    athread_status,
-    list_threads,
-    resume,
-    thread_status,
-)
 
 __all__ = [
     "POSTGRES_CONNECTION_KWARGS",
@@ -132,19 +114,6 @@ __all__ = [
     "aopen_postgres",
     "open_postgres",
     "open_sqlite",
-    # transition shims, see above
-    "LOCK_APPLICATION_NAME",
-    "ThreadBusyError",
-    "ThreadNotFoundError",
-    "ThreadStatus",
-    "alist_threads",
-    "aresume",
-    "athread_lock",
-    "athread_status",
-    "list_threads",
-    "resume",
-    "thread_lock",
-    "thread_status",
 ]
 
 _NEVER_SLEEPS = SystemClock()

@@ -39,7 +39,12 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyRecord, SagaEntry
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.errors import ConfigurationError, ResilienceError, ThreadLockLostError
+from langgraph_resilience.errors import (
+    ConfigurationError,
+    PersistenceError,
+    SetupTimeoutError,
+    ThreadLockLostError,
+)
 from langgraph_resilience.stores.held import fences_json
 from langgraph_resilience.stores.lease_sql import (
     FENCE_SQLSTATE,
@@ -62,11 +67,9 @@ __all__ = [
     "AsyncPostgresIdempotencyStore",
     "AsyncPostgresSagaLog",
     "JsonTable",
-    "PersistenceError",
     "Postgres",
     "PostgresIdempotencyStore",
     "PostgresSagaLog",
-    "SetupTimeoutError",
     "SyncConn",
 ]
 
@@ -91,27 +94,6 @@ would save the server a parse per statement; measured on this package's statemen
 is noise next to the round trip."""
 
 _NEVER_SLEEPS = SystemClock()
-
-
-class PersistenceError(ResilienceError):
-    """The checkpointer or store could not be opened; the message names the target
-    with any password redacted."""
-
-
-class SetupTimeoutError(PersistenceError):
-    """Creating our tables at start-up waited too long: another process held the setup
-    lock (or a lock on our tables) for longer than start-up waits. It never hangs."""
-
-    @classmethod
-    def waiting(cls, what: str, *, seconds: str = "") -> SetupTimeoutError:
-        """The error of a setup of `what` that gave up waiting."""
-        waited = f" for {seconds}" if seconds else ""
-        return cls(
-            f"setting up {what} waited{waited} for another process's setup (or a lock on "
-            "our tables) and gave up; start again once it is done, or create the tables "
-            "once from a deploy step (open_postgres(dsn) or store.setup()) and start the "
-            "workers with setup=False"
-        )
 
 
 def first_line(exc: BaseException) -> str:

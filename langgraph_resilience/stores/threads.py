@@ -33,7 +33,7 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyRecord, summarize_records
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.errors import ConfigurationError, ResilienceError
+from langgraph_resilience.errors import ConfigurationError, ThreadNotFoundError
 from langgraph_resilience.stores.locks import (
     LockTarget,
     athread_held,
@@ -54,7 +54,6 @@ if TYPE_CHECKING:  # persistence.py builds on this module
     from langgraph_resilience.stores.persistence import Persistence
 
 __all__ = [
-    "ThreadNotFoundError",
     "ThreadState",
     "ThreadStatus",
     "alist_threads",
@@ -66,17 +65,6 @@ __all__ = [
 ]
 
 _NEVER_SLEEPS = SystemClock()
-
-
-class ThreadNotFoundError(ResilienceError):
-    """`resume` was asked to continue a thread that has no checkpoint."""
-
-    def __init__(self, thread_id: str) -> None:
-        super().__init__(
-            f"thread {thread_id!r} has no checkpoint to resume from; start it with "
-            "app.invoke(inputs, config) first, or check the thread id and the checkpointer"
-        )
-        self.thread_id = thread_id
 
 
 AnyApp: TypeAlias = "Pregel[Any, Any, Any, Any] | Server"

@@ -49,8 +49,9 @@ from benchmarks.chaos.tasks import (
     repair_reply,
     scripted_planner,
 )
-from langgraph_resilience import ToolProfile, classify
+from langgraph_resilience import ToolProfile
 from langgraph_resilience.cli import main
+from langgraph_resilience.core import classify
 from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.core.effects import EffectStatus
 from langgraph_resilience.core.partial import as_partial_result

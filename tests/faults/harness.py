@@ -33,12 +33,8 @@ from langchain_core.tools import StructuredTool
 from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
-    EffectStatus,
-    Persistence,
     ResiliencePolicy,
     ResilienceState,
-    SystemClock,
-    ThreadNotFoundError,
     ToolProfile,
     add_resilience,
     aopen_postgres,
@@ -47,6 +43,9 @@ from langgraph_resilience import (
     open_postgres,
     resume,
 )
+from langgraph_resilience.core import SystemClock
+from langgraph_resilience.errors import ThreadNotFoundError
+from langgraph_resilience.stores import EffectStatus, Persistence
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
 
 DONE = "all paid"

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from langgraph_resilience import LedgerUnavailableError
+from langgraph_resilience.errors import LedgerUnavailableError
 from tests.faults.harness import (
     DONE,
     TRIALS,

@@ -29,7 +29,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from langgraph_resilience import ThreadLockLostError, current_idempotency_key
+from langgraph_resilience import current_idempotency_key
+from langgraph_resilience.errors import ThreadLockLostError
 from tests.faults.harness import (
     DONE,
     TRIALS,

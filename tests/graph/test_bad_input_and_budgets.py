@@ -9,7 +9,8 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 
-from langgraph_resilience import ResiliencePolicy, ToolFailure
+from langgraph_resilience import ResiliencePolicy
+from langgraph_resilience.errors import ToolFailure
 from langgraph_resilience.testing import FakeHTTPError, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, build_graph
 

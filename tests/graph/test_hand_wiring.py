@@ -16,7 +16,6 @@ from langgraph_resilience import (
     FailureClass,
     GuardedToolNode,
     RepairNode,
-    ResilienceNode,
     ResiliencePolicy,
     ResilienceState,
     RetryNode,
@@ -25,7 +24,8 @@ from langgraph_resilience import (
     route_after_agent,
     tool_error_of,
 )
-from langgraph_resilience.core.classify import Verdict
+from langgraph_resilience.core.classification import Verdict
+from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.testing import (
     FakeClock,
     Fault,

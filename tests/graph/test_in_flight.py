@@ -16,13 +16,8 @@ import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 
-from langgraph_resilience import (
-    EffectStatus,
-    InMemoryIdempotencyStore,
-    ResiliencePolicy,
-    ToolProfile,
-    tool_error_of,
-)
+from langgraph_resilience import ResiliencePolicy, ToolProfile, tool_error_of
+from langgraph_resilience.stores import EffectStatus, InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import build_graph

@@ -15,7 +15,6 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_resilience import (
-    EffectStatus,
     ResilienceMiddleware,
     ResiliencePolicy,
     ToolProfile,
@@ -23,6 +22,7 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.events import EVENT_KEY
+from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.testing import (
     FakeClock,
     Fault,

@@ -9,14 +9,11 @@ import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 
-from langgraph_resilience import (
-    InMemoryIdempotencyStore,
-    LedgerUnavailableError,
-    ToolProfile,
-    current_idempotency_key,
-)
+from langgraph_resilience import ToolProfile, current_idempotency_key
 from langgraph_resilience.core.backoff import LEDGER_RETRY_DELAYS
 from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.errors import LedgerUnavailableError
+from langgraph_resilience.stores import InMemoryIdempotencyStore
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import text, tool_calls

@@ -19,7 +19,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from langgraph_resilience import (
-    ESCALATION_TYPE,
     ConfigurationError,
     FailureClass,
     ResilienceMiddleware,
@@ -27,6 +26,7 @@ from langgraph_resilience import (
     ToolError,
     ToolProfile,
 )
+from langgraph_resilience.graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,

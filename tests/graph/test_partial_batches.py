@@ -11,12 +11,12 @@ from langchain_core.tools import tool
 
 from langgraph_resilience import (
     ConfigurationError,
-    FailedItem,
     PartialResult,
     ResiliencePolicy,
     ToolProfile,
     current_item_keys,
 )
+from langgraph_resilience.core import FailedItem
 from langgraph_resilience.events import EVENT_KEY
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import Runner, build_graph

@@ -13,16 +13,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 
 from langgraph_resilience import (
-    EffectStatus,
-    InMemoryIdempotencyStore,
     ResiliencePolicy,
     ToolProfile,
     add_resilience,
-    canonical_args,
     current_idempotency_key,
     tool_error_of,
 )
+from langgraph_resilience.core import canonical_args
 from langgraph_resilience.core.effects import effect_fingerprint
+from langgraph_resilience.stores import EffectStatus, InMemoryIdempotencyStore
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,

@@ -9,7 +9,8 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.types import Command
 
-from langgraph_resilience import EffectStatus, ToolProfile, current_idempotency_key
+from langgraph_resilience import ToolProfile, current_idempotency_key
+from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.testing import Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, build_graph
 
@@ -265,7 +266,10 @@ def test_an_abandoned_intent_replays_as_unknown_never_as_failed(runner: Runner) 
     """The charge's answer is lost and a human is asked; meanwhile the intent is settled
     as abandoned (`settle_stale`). The human's retry meets "outcome unknown" (and the
     human is asked again): the charge is not run again, and it is not called failed."""
-    from langgraph_resilience import InMemoryIdempotencyStore, settle_stale  # noqa: PLC0415
+    from langgraph_resilience.stores import (  # noqa: PLC0415
+        InMemoryIdempotencyStore,
+        settle_stale,
+    )
     from langgraph_resilience.stores.saga import InMemorySagaLog  # noqa: PLC0415
 
     bank = Bank()

@@ -11,7 +11,7 @@ import pytest
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.client import MultiServerMCPClient
 
-from langgraph_resilience import load_mcp_tools
+from langgraph_resilience.mcp import load_mcp_tools
 from tests.mcp.processes import HttpServer, stdio_connection
 
 

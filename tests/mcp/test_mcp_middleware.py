@@ -12,8 +12,9 @@ from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_resilience import InMemoryBreakerStore, ResilienceMiddleware, ToolProfile
+from langgraph_resilience import ResilienceMiddleware, ToolProfile
 from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.stores import InMemoryBreakerStore
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 from tests.conftest import Runner
 from tests.mcp.conftest import Calls, mcp_tools, stdio

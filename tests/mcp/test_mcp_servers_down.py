@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolMessage
 
-from langgraph_resilience import GuardedToolNode, InMemoryBreakerStore, ToolProfile
+from langgraph_resilience import GuardedToolNode, ToolProfile
 from langgraph_resilience.core.breaker import BreakerConfig
+from langgraph_resilience.stores import InMemoryBreakerStore
 from langgraph_resilience.testing import FakeClock, text, tool_calls
 from tests.conftest import Runner, build_graph
 from tests.mcp.conftest import Calls, mcp_tools, stdio

@@ -15,7 +15,8 @@ from langchain_core.messages import ToolMessage
 from langchain_mcp_adapters.client import MultiServerMCPClient
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_resilience import McpSessions, Reconnect, ResilienceMiddleware, ResiliencePolicy
+from langgraph_resilience import ResilienceMiddleware, ResiliencePolicy
+from langgraph_resilience.mcp import McpSessions, Reconnect
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 from tests.conftest import Runner, build_graph
 from tests.mcp.conftest import Calls

@@ -11,7 +11,8 @@ from typing import Any
 from langchain_core.messages import ToolMessage
 from langchain_mcp_adapters.client import MultiServerMCPClient
 
-from langgraph_resilience import SqliteIdempotencyStore, ToolProfile
+from langgraph_resilience import ToolProfile
+from langgraph_resilience.stores import SqliteIdempotencyStore
 from langgraph_resilience.stores.sqlite import sqlite_connect
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import Runner, build_graph

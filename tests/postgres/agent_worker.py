@@ -34,12 +34,12 @@ from langgraph.types import Command
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import (
-    EffectStatus,
     ResilienceMiddleware,
     ResiliencePolicy,
     ToolProfile,
     current_idempotency_key,
 )
+from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock, FakeHTTPError, ScriptedChatModel, text
 from langgraph_resilience.testing import tool_calls as calls

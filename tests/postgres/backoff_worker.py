@@ -24,12 +24,8 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import MessagesState, StateGraph
 from psycopg.rows import dict_row
 
-from langgraph_resilience import (
-    ResiliencePolicy,
-    ResilienceState,
-    SystemClock,
-    add_resilience,
-)
+from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
+from langgraph_resilience.core import SystemClock
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,

@@ -26,12 +26,12 @@ from langgraph.graph import MessagesState, StateGraph
 from psycopg_pool import ConnectionPool
 
 from langgraph_resilience import (
-    EffectStatus,
     ResilienceState,
     ToolProfile,
     add_resilience,
     current_idempotency_key,
 )
+from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.stores.postgres import PostgresIdempotencyStore, PostgresSagaLog
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls

@@ -40,12 +40,8 @@ from langgraph.graph import MessagesState, StateGraph
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import (
-    EffectStatus,
-    Persistence,
     ResilienceState,
-    SystemClock,
     ThreadBusyError,
-    ThreadLockLostError,
     ToolProfile,
     add_resilience,
     aopen_postgres,
@@ -54,6 +50,9 @@ from langgraph_resilience import (
     open_postgres,
     resume,
 )
+from langgraph_resilience.core import SystemClock
+from langgraph_resilience.errors import ThreadLockLostError
+from langgraph_resilience.stores import EffectStatus, Persistence
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 

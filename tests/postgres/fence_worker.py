@@ -24,9 +24,7 @@ from langchain_core.tools import tool
 from langgraph.graph import MessagesState, StateGraph
 
 from langgraph_resilience import (
-    Persistence,
     ResilienceState,
-    ThreadLockLostError,
     ToolProfile,
     add_resilience,
     aopen_postgres,
@@ -35,6 +33,8 @@ from langgraph_resilience import (
     open_postgres,
     resume,
 )
+from langgraph_resilience.errors import ThreadLockLostError
+from langgraph_resilience.stores import Persistence
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 
 

@@ -41,19 +41,21 @@ from langgraph_resilience.core.effects import (
     compensation_key,
     idempotency_key,
 )
+from langgraph_resilience.errors import ThreadBusyError
+from langgraph_resilience.stores.locks import thread_lock
 from langgraph_resilience.stores.persistence import (
     POSTGRES_CONNECTION_KWARGS,
     Persistence,
-    ThreadBusyError,
     aopen_postgres,
-    aresume,
-    athread_status,
     open_postgres,
-    resume,
-    thread_lock,
-    thread_status,
 )
 from langgraph_resilience.stores.postgres import PostgresIdempotencyStore
+from langgraph_resilience.stores.threads import (
+    aresume,
+    athread_status,
+    resume,
+    thread_status,
+)
 
 BARRIER_KEY = 4242
 

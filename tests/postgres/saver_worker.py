@@ -48,7 +48,6 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import (
-    EffectStatus,
     ResilienceMiddleware,
     ResilienceState,
     ToolProfile,
@@ -57,6 +56,7 @@ from langgraph_resilience import (
     current_idempotency_key,
     resume,
 )
+from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 
 SYNC_SAVERS = ("postgres-conn-string", "postgres-pool", "sqlite-conn-string", "sqlite-conn")

@@ -15,12 +15,12 @@ from langchain_core.tools import tool
 from langgraph.graph import StateGraph
 
 from langgraph_resilience import (
-    EffectStatus,
     ToolProfile,
     add_resilience,
     current_idempotency_key,
     open_postgres,
 )
+from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, ScriptedChatModel, text
 from langgraph_resilience.testing import tool_calls as calls
 from tests.conftest import State

@@ -12,14 +12,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from langgraph_resilience import (
-    PersistenceError,
-    ThreadBusyError,
-    ThreadLockLostError,
-    athread_lock,
-    open_postgres,
-    thread_lock,
-)
+from langgraph_resilience import ThreadBusyError, open_postgres
+from langgraph_resilience.errors import PersistenceError, ThreadLockLostError
+from langgraph_resilience.stores import athread_lock, thread_lock
 from langgraph_resilience.stores.fencing import check_fence
 from tests.postgres.processes import finish, spawn
 

@@ -23,26 +23,32 @@ from langgraph.graph import END, START, StateGraph
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import TypedDict
 
-from langgraph_resilience.stores.persistence import (
-    LOCK_APPLICATION_NAME,
-    POSTGRES_CONNECTION_KWARGS,
+from langgraph_resilience.errors import (
     PersistenceError,
     ThreadBusyError,
     ThreadNotFoundError,
-    alist_threads,
-    aopen_postgres,
+)
+from langgraph_resilience.stores.locks import (
+    LOCK_APPLICATION_NAME,
     athread_lock,
-    list_threads,
+    thread_lock,
+)
+from langgraph_resilience.stores.persistence import (
+    POSTGRES_CONNECTION_KWARGS,
+    aopen_postgres,
     open_postgres,
     open_sqlite,
-    resume,
-    thread_lock,
-    thread_status,
 )
 from langgraph_resilience.stores.postgres import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
     PostgresSagaLog,
+)
+from langgraph_resilience.stores.threads import (
+    alist_threads,
+    list_threads,
+    resume,
+    thread_status,
 )
 
 WORKER = pathlib.Path(__file__).with_name("idempotency_worker.py")
@@ -507,7 +513,8 @@ def test_open_sqlite_in_a_read_only_place_is_a_clear_error() -> None:
 
 _READ_ONLY_PROBE = """
 import sys
-from langgraph_resilience.stores.persistence import PersistenceError, open_sqlite
+from langgraph_resilience.errors import PersistenceError
+from langgraph_resilience.stores.persistence import open_sqlite
 try:
     with open_sqlite(sys.argv[1]):
         pass

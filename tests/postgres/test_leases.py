@@ -18,22 +18,20 @@ from langgraph.checkpoint.postgres import PostgresSaver
 
 from langgraph_resilience import (
     ConfigurationError,
-    PersistenceError,
     ThreadBusyError,
-    ThreadLockLostError,
     aopen_postgres,
-    athread_lock,
     open_postgres,
-    thread_lock,
 )
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import drive
+from langgraph_resilience.errors import PersistenceError, SetupTimeoutError, ThreadLockLostError
+from langgraph_resilience.stores import athread_lock, thread_lock
 from langgraph_resilience.stores.fencing import check_fence
 from langgraph_resilience.stores.held import holding
 from langgraph_resilience.stores.leases import Lease, acquire
 from langgraph_resilience.stores.locks import lease_runner, thread_held
 from langgraph_resilience.stores.persistence import SETUP_THREAD
-from langgraph_resilience.stores.postgres import PostgresIdempotencyStore, SetupTimeoutError
+from langgraph_resilience.stores.postgres import PostgresIdempotencyStore
 from langgraph_resilience.testing import FakeClock
 from tests.pgbouncer import PgBouncer
 

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from langchain_core.tools import tool
 
-from langgraph_resilience import PostgresBreakerStore, ResiliencePolicy, ToolProfile
+from langgraph_resilience import ResiliencePolicy, ToolProfile
+from langgraph_resilience.stores import PostgresBreakerStore
 from langgraph_resilience.stores.persistence import open_postgres
 from langgraph_resilience.testing import text, tool_calls
 from tests.conftest import build_graph

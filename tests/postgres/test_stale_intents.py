@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from langgraph.graph import START, MessagesState, StateGraph
 
-from langgraph_resilience import asettle_stale, open_postgres, settle_stale
+from langgraph_resilience import open_postgres
+from langgraph_resilience.stores import asettle_stale, settle_stale
 from langgraph_resilience.stores.persistence import Persistence, aopen_postgres
 
 pytestmark = [pytest.mark.postgres]

@@ -24,11 +24,8 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.cli import main
-from langgraph_resilience.stores.persistence import (
-    POSTGRES_CONNECTION_KWARGS,
-    alist_threads,
-    list_threads,
-)
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.threads import alist_threads, list_threads
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:

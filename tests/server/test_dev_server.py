@@ -17,7 +17,7 @@ import pytest
 from langgraph_sdk.client import SyncLangGraphClient
 from langgraph_sdk.errors import NotFoundError
 
-from langgraph_resilience import SqliteIdempotencyStore, settle_stale
+from langgraph_resilience.stores import SqliteIdempotencyStore, settle_stale
 from langgraph_resilience.stores.effect_ledger import LEDGER_FILE
 from langgraph_resilience.stores.sqlite import sqlite_connect
 from tests.server.conftest import DevServer, effects, new_order, run_finished, start_run

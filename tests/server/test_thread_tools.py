@@ -20,14 +20,14 @@ from langgraph_sdk import get_client
 from langgraph_resilience import (
     ConfigurationError,
     ThreadBusyError,
-    ThreadNotFoundError,
     aresume,
-    athread_status,
     list_threads,
     resume,
     thread_status,
 )
 from langgraph_resilience.cli import main
+from langgraph_resilience.errors import ThreadNotFoundError
+from langgraph_resilience.stores import athread_status
 from langgraph_resilience.stores.threads import alist_threads
 from tests.server.conftest import DevServer
 

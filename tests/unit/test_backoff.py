@@ -6,16 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langgraph_resilience import (
-    Decision,
-    FailureClass,
-    ResiliencePolicy,
-    ToolError,
-    ToolProfile,
-    backoff_delay,
-    classify,
-    decide,
-)
+from langgraph_resilience import FailureClass, ResiliencePolicy, ToolError, ToolProfile
+from langgraph_resilience.core import backoff_delay, classify
+from langgraph_resilience.core.decision import Decision, decide
 from langgraph_resilience.testing import FakeHTTPError
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolFailure
 from langgraph_resilience.graph.bulkhead import Bulkhead, BulkheadFullError
 

@@ -17,7 +17,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from langgraph_resilience import DEFAULT_NOISE_FIELDS, call_key, canonical_args
+from langgraph_resilience.core import call_key, canonical_args
+from langgraph_resilience.core.canonical import DEFAULT_NOISE_FIELDS
 
 
 class Color(enum.Enum):
@@ -256,7 +257,8 @@ def test_call_key_is_stable_across_processes() -> None:
     """Hash randomization does not change a call key: it is safe to checkpoint."""
     expected = call_key("search", ast.literal_eval(_STABLE_ARGS))
     script = (
-        f"from langgraph_resilience import call_key\nprint(call_key('search', {_STABLE_ARGS}))\n"
+        "from langgraph_resilience.core import call_key\n"
+        f"print(call_key('search', {_STABLE_ARGS}))\n"
     )
     seeds = ("0", "1", "4242", "random")
     children = [

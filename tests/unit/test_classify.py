@@ -21,19 +21,16 @@ from langchain_core.tools import ToolException
 from langgraph.errors import GraphInterrupt
 from pydantic import BaseModel, ValidationError
 
-from langgraph_resilience import (
+from langgraph_resilience import FailureClass, ToolError, ToolProfile
+from langgraph_resilience.core import (
     DEFAULT_RULES,
-    CircuitOpenError,
-    FailureClass,
-    ToolError,
-    ToolFailure,
-    ToolProfile,
     Verdict,
     classify,
     http_status,
     retriable,
     retry_after_ms,
 )
+from langgraph_resilience.errors import CircuitOpenError, ToolFailure
 from langgraph_resilience.testing import FakeHTTPError
 
 T = FailureClass.TRANSIENT

@@ -18,7 +18,8 @@ import requests
 from mcp.shared.exceptions import McpError
 from mcp.types import ErrorData
 
-from langgraph_resilience import FailureClass, ToolProfile, classify
+from langgraph_resilience import FailureClass, ToolProfile
+from langgraph_resilience.core import classify
 
 T = FailureClass.TRANSIENT
 U = FailureClass.UNKNOWN

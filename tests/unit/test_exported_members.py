@@ -16,13 +16,13 @@ import langgraph_resilience
 
 _PURE_CORES = (
     "core.canonical",
-    "core.classify",
+    "core.classification",
     "errors",
     "core.policy",
     "core.profile",
     "core.redaction",
     "core.backoff",
-    "core.decide",
+    "core.decision",
     "graph.router",
     "graph.retry",
     "graph.state",

@@ -43,8 +43,10 @@ from langgraph_resilience.core.partial import (
     as_partial_result,
     failed_items,
 )
+from langgraph_resilience.errors import ThreadBusyError
+from langgraph_resilience.stores.locks import thread_lock
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
-from langgraph_resilience.stores.persistence import ThreadBusyError, open_sqlite, thread_lock
+from langgraph_resilience.stores.persistence import open_sqlite
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore
 from langgraph_resilience.testing import FakeClock

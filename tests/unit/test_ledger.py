@@ -8,12 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langgraph_resilience import Ledger, classify, merge_ledger
+from langgraph_resilience.core import classify
 from langgraph_resilience.graph.state import (
     INFORMED_KEYS,
     SEEN_KEYS,
     CallRecord,
+    Ledger,
     empty_ledger,
+    merge_ledger,
     read_ledger,
     task_view,
 )

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from langgraph_resilience import ToolProfile, call_key
+from langgraph_resilience import ToolProfile
+from langgraph_resilience.core import call_key
 from langgraph_resilience.core.loops import detect_loop
 from langgraph_resilience.core.validation import check_output, coerce_args
 from langgraph_resilience.errors import OutputValidationError

@@ -10,7 +10,8 @@ import pytest
 from mcp.shared.exceptions import McpError
 from mcp.types import ErrorData
 
-from langgraph_resilience import FailureClass, ToolError, ToolProfile, classify
+from langgraph_resilience import FailureClass, ToolError, ToolProfile
+from langgraph_resilience.core import classify
 from langgraph_resilience.core.mcp import Reconnect, reconnect_wait, remote_envelope
 from langgraph_resilience.errors import ConfigurationError, McpServerDownError, McpToolError
 

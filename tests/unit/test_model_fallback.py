@@ -20,7 +20,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel
 
 from langgraph_resilience.core.breaker import BreakerConfig
-from langgraph_resilience.core.decide import DEFAULT_FALLBACK_ON, ModelStep, decide_model
+from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON, ModelStep, decide_model
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.windows import CountWindow
 from langgraph_resilience.errors import (

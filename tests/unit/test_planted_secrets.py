@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
-from langgraph_resilience import add_secret_pattern
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core import add_secret_pattern
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.plan import (
     Diagnosis,
     Plan,

@@ -6,12 +6,8 @@ from typing import Any
 
 import pytest
 
-from langgraph_resilience import (
-    DEFAULT_NOISE_FIELDS,
-    ConfigurationError,
-    ResiliencePolicy,
-    ToolProfile,
-)
+from langgraph_resilience import ConfigurationError, ResiliencePolicy, ToolProfile
+from langgraph_resilience.core.canonical import DEFAULT_NOISE_FIELDS
 
 
 def test_policy_defaults_are_as_documented() -> None:

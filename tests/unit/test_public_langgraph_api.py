@@ -90,7 +90,9 @@ def _violations_in(where: str, tree: ast.Module) -> list[str]:
         line = f"{where}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             parts = node.module.split(".")
-            if parts[0] != "__future__" and any(p.startswith("_") for p in parts):
+            if parts[0] not in {"__future__", "langgraph_resilience"} and any(
+                p.startswith("_") for p in parts
+            ):
                 found.append(f"{line} imports the private module {node.module}")
         elif isinstance(node, ast.Attribute):
             name = node.attr

@@ -3,9 +3,8 @@
 import pytest
 
 from benchmarks.redaction import ADVERSARIAL, hostile_error
-from langgraph_resilience import redact
-from langgraph_resilience.core import redaction
-from langgraph_resilience.core.classify import classify
+from langgraph_resilience.core import redact, redaction
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.redaction import (
     DEFAULT_LIMIT,
     REDACTED,

@@ -16,7 +16,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_resilience.stores.persistence import alist_threads, list_threads, open_sqlite
+from langgraph_resilience.stores.persistence import open_sqlite
+from langgraph_resilience.stores.threads import alist_threads, list_threads
 
 
 class Counter(TypedDict):

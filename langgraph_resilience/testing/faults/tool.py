@@ -26,11 +26,10 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, create_model
 from langgraph_resilience import (
     BreakerConfig,
     ConfigurationError,
-    FailedItem,
     FailureClass,
     PartialResult,
-    call_key,
 )
+from langgraph_resilience.core import FailedItem, call_key
 from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool
 from langgraph_resilience.testing.faults.calls import CallLog, Shadow, replay

@@ -38,9 +38,9 @@ from langgraph_resilience import (
     ResilienceState,
     ToolProfile,
     add_resilience,
-    ashared_postgres,
     current_idempotency_key,
 )
+from langgraph_resilience.stores import ashared_postgres
 from langgraph_resilience.testing import FakeHTTPError, ScriptedChatModel, text, tool_calls
 
 CONTROL = pathlib.Path(os.environ.get("LGR_CONTROL", "."))
