@@ -55,7 +55,7 @@ from langgraph_resilience.graph.in_flight import Settled, asettle, settle
 from langgraph_resilience.graph.saved_step import SavedStep, await_saved, wait_saved
 from langgraph_resilience.graph.status_checks import StatusCheck
 from langgraph_resilience.stores.effect_ledger import EffectLedger
-from langgraph_resilience.stores.fencing import acheck_fence, check_fence
+from langgraph_resilience.stores.held import acheck_fence, check_fence
 
 __all__ = [
     "Effect",

@@ -37,7 +37,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
@@ -49,7 +49,9 @@ from langgraph_resilience.core.lease import DEFAULT_LEASE_TTL, renew_interval
 from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
 from langgraph_resilience.stores.effect_ledger import EffectLedger
 from langgraph_resilience.stores.held import Fence, current_fence, holding
-from langgraph_resilience.stores.leases import Lease, LeaseRunner, acquire
+
+if TYPE_CHECKING:
+    from langgraph_resilience.stores.leases import Lease, LeaseRunner
 
 __all__ = ["RUN_LEASES", "RunLeases", "current_run", "holding_if"]
 
@@ -194,7 +196,7 @@ class RunLeases:
             return self._keep(run, key, lease).lease
         if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
             lease = held.lease
-            renewed = await lease.arenew() if isinstance(lease, Lease) else lease.renew()
+            renewed = lease.renew() if isinstance(lease, _Local) else await lease.arenew()
             if not renewed:
                 return self._retaken(run, key, held, runner)
             held.renewed = time.monotonic()
@@ -225,11 +227,11 @@ class RunLeases:
     async def arelease(self, run: Any, config: RunnableConfig) -> None:
         """Async `release`."""
         lease = self._popped(run, config)
-        if isinstance(lease, Lease):
+        if isinstance(lease, _Local):
+            lease.release()
+        elif lease is not None:
             with contextlib.suppress(Exception):  # it lapses by itself
                 await lease.arelease()
-        elif lease is not None:
-            lease.release()
 
     @contextlib.contextmanager
     def ended_by_failure(self, config: RunnableConfig) -> Iterator[None]:
@@ -289,6 +291,9 @@ def _collected_first(take: Callable[[], Lease | _Local]) -> Lease | _Local:
 
 
 def _acquire(runner: LeaseRunner, key: str) -> Any:
+    # Only a Postgres ledger has a lease runner: an in-memory run never imports psycopg.
+    from langgraph_resilience.stores.leases import acquire  # noqa: PLC0415
+
     return acquire(runner, key, ttl=DEFAULT_LEASE_TTL, wait=False, clock=_REAL, where="this run")
 
 

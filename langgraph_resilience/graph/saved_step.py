@@ -39,13 +39,10 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
 from langgraph_resilience.errors import StepNotSavedError
-from langgraph_resilience.stores.postgres import Postgres
 
 __all__ = ["KNOWN", "SAVE_WAIT", "SavedStep", "await_saved", "step_to_save", "wait_saved"]
 
@@ -154,17 +151,27 @@ _EXISTS_SQL = (
     "AND checkpoint_ns = %(checkpoint_ns)s AND checkpoint_id = %(checkpoint_id)s"
 )
 
+_POSTGRES_SAVERS = {
+    ("langgraph.checkpoint.postgres", "PostgresSaver"),
+    ("langgraph.checkpoint.postgres.aio", "AsyncPostgresSaver"),
+}
+"""LangGraph's Postgres savers, exactly (a subclass may write differently): their
+checkpoint row is read with one indexed statement."""
+
 
 def _read(step: SavedStep) -> Call:
     """One read of `step`'s checkpoint: truthy once it is saved. `PostgresSaver.put`
     writes the channel blobs before the checkpoint row, so the row being visible means
     the whole checkpoint is."""
     saver = step.checkpointer
-    if type(saver) in (PostgresSaver, AsyncPostgresSaver):
+    kind = (type(saver).__module__, type(saver).__qualname__)
+    if kind in _POSTGRES_SAVERS:  # by name: an in-memory user never imports psycopg
+        from langgraph_resilience.stores.postgres import Postgres  # noqa: PLC0415
+
         pg = Postgres(
             saver.conn,  # type: ignore[attr-defined]
             owner=type(saver).__name__,
-            is_async=isinstance(saver, AsyncPostgresSaver),
+            is_async=kind[1] == "AsyncPostgresSaver",
             lock=saver.lock,  # type: ignore[attr-defined]
         )
         return Call(pg.rows, pg.arows, (_EXISTS_SQL, step.config["configurable"]))

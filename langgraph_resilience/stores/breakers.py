@@ -25,11 +25,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
 from langgraph.errors import GraphBubbleUp
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience.core.breaker import (
     ADMITTED,
@@ -51,7 +49,10 @@ from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import CircuitOpenError, ConfigurationError
 from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.stores.memory import DEFAULT_MAX_ENTRIES, check_max_entries, evict_lru
-from langgraph_resilience.stores.postgres import JsonTable, Postgres
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 __all__ = [
     "BREAKER_CACHE_TTL",
@@ -269,6 +270,9 @@ class _PostgresBreakers:
         flush_interval: float | None = SUCCESS_FLUSH_INTERVAL,
         clock: Clock | None = None,
     ) -> None:
+        # Imported here: a graph with in-memory breakers never loads psycopg.
+        from langgraph_resilience.stores.postgres import JsonTable, Postgres  # noqa: PLC0415
+
         pg = Postgres(conn, owner=type(self).__name__, is_async=self._ASYNC)
         self._table = JsonTable(pg, table, _CLOSED_JSON)
         self.table = table

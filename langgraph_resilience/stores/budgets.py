@@ -6,10 +6,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, TypeVar
-
-import psycopg
-from psycopg_pool import ConnectionPool
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph_resilience.core.budget import (
     FULL,
@@ -20,7 +17,10 @@ from langgraph_resilience.core.budget import (
     refilled,
 )
 from langgraph_resilience.stores.memory import DEFAULT_MAX_ENTRIES, check_max_entries, evict_lru
-from langgraph_resilience.stores.postgres import JsonTable, Postgres
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
 
 __all__ = ["InMemoryRetryBudgetStore", "PostgresRetryBudgetStore"]
 
@@ -117,6 +117,9 @@ class PostgresRetryBudgetStore:
         *,
         table: str = "lgr_retry_budgets",
     ) -> None:
+        # Imported here: a graph with in-memory budgets never loads psycopg.
+        from langgraph_resilience.stores.postgres import JsonTable, Postgres  # noqa: PLC0415
+
         pg = Postgres(
             conn,
             owner=type(self).__name__,

@@ -28,34 +28,28 @@ import asyncio
 import dataclasses
 import os
 import sqlite3
+import sys
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import ConfigurationError, ResilienceWarning
-from langgraph_resilience.stores.leases import LeaseRunner
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
-from langgraph_resilience.stores.postgres import (
-    AsyncPostgresIdempotencyStore,
-    AsyncPostgresSagaLog,
-    PostgresIdempotencyStore,
-    PostgresSagaLog,
-)
 from langgraph_resilience.stores.saga import InMemorySagaLog
-from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore, SqliteSagaLog, sqlite_connect
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from langgraph_resilience.stores.leases import LeaseRunner
 
 __all__ = [
     "LEDGER_FILE",
@@ -63,10 +57,11 @@ __all__ = [
     "LedgerResolver",
     "attach_ledger",
     "run_checkpointer",
-    "sqlite_connect",  # transition shim: it lives in stores.sqlite now
 ]
 
 _NEVER_SLEEPS = SystemClock()
+_PG, _PG_AIO = "langgraph.checkpoint.postgres", "langgraph.checkpoint.postgres.aio"
+_SQLITE, _SQLITE_AIO = "langgraph.checkpoint.sqlite", "langgraph.checkpoint.sqlite.aio"
 
 LEDGER_FILE = "lgr_ledger.sqlite"
 """The ledger's file beside a file-backed `InMemorySaver`'s (``.langgraph_api/`` under
@@ -102,6 +97,14 @@ def run_checkpointer(config: RunnableConfig | Mapping[str, Any]) -> Any:
     `langgraph.constants` exports for it (public; LangGraph Server injects its own
     checkpointer there too). The oldest and the newest LangGraph allowed are tested."""
     return (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER)
+
+
+def _is(checkpointer: Any, module: str, saver: str) -> bool:
+    """Whether `checkpointer` is a LangGraph `saver` of `module`, without importing
+    that backend: a saver of it exists only once its module is imported, so an
+    in-memory user never loads psycopg or aiosqlite."""
+    found = sys.modules.get(module)
+    return found is not None and isinstance(checkpointer, getattr(found, saver))
 
 
 def _in_saver(saver: InMemorySaver) -> Callable[[str], bool]:
@@ -163,7 +166,7 @@ class LedgerResolver:
             # ``langgraph dev`` refuses blocking calls on its event loop).
             found, setup = yield Call(self._choose, self._achoose, (checkpointer,))
             if setup:
-                if not on_loop and isinstance(checkpointer, AsyncPostgresSaver):
+                if not on_loop and _is(checkpointer, _PG_AIO, "AsyncPostgresSaver"):
                     raise ConfigurationError(
                         "the graph runs on an AsyncPostgresSaver: run it with "
                         "ainvoke/astream, or pass idempotency= and saga= to add_resilience"
@@ -199,7 +202,7 @@ class LedgerResolver:
         return await adrive(self._resolving(config, on_loop=True), _NEVER_SLEEPS)
 
     async def _achoose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
-        if isinstance(checkpointer, AsyncSqliteSaver) and checkpointer not in _ATTACHED:
+        if _is(checkpointer, _SQLITE_AIO, "AsyncSqliteSaver") and checkpointer not in _ATTACHED:
             path = await _asqlite_file(checkpointer)
             if not path:  # an in-memory database: as durable as this process
                 return self._local, False
@@ -219,25 +222,35 @@ class LedgerResolver:
             return self._with_explicit(EffectLedger(own, self._local.saga)), False
         # A saver's single connection (``from_conn_string``) is used under the saver's
         # own lock, as the saver uses it; a pool's connections are never shared.
-        if isinstance(checkpointer, PostgresSaver):
+        if _is(checkpointer, _PG, "PostgresSaver"):
+            from langgraph_resilience.stores.postgres import (  # noqa: PLC0415 (see _is)
+                PostgresIdempotencyStore,
+                PostgresSagaLog,
+            )
+
             conn, lock = checkpointer.conn, checkpointer.lock
             built = EffectLedger(
                 PostgresIdempotencyStore(conn, lock=lock), PostgresSagaLog(conn, lock=lock)
             )
             return self._with_explicit(built), True
-        if isinstance(checkpointer, AsyncPostgresSaver):
+        if _is(checkpointer, _PG_AIO, "AsyncPostgresSaver"):
+            from langgraph_resilience.stores.postgres import (  # noqa: PLC0415 (see _is)
+                AsyncPostgresIdempotencyStore,
+                AsyncPostgresSagaLog,
+            )
+
             aconn, alock = checkpointer.conn, checkpointer.lock
             built = EffectLedger(
                 AsyncPostgresIdempotencyStore(aconn, lock=alock),
                 AsyncPostgresSagaLog(aconn, lock=alock),
             )
             return self._with_explicit(built), True
-        if isinstance(checkpointer, AsyncSqliteSaver):
+        if _is(checkpointer, _SQLITE_AIO, "AsyncSqliteSaver"):
             raise ConfigurationError(
                 "the graph runs on an AsyncSqliteSaver: run it with ainvoke/astream, or "
                 "pass idempotency= and saga= to add_resilience"
             )
-        if isinstance(checkpointer, SqliteSaver):
+        if _is(checkpointer, _SQLITE, "SqliteSaver"):
             try:
                 with checkpointer.lock:  # the saver's connection, as the saver uses it
                     path = _sqlite_file(checkpointer.conn)
@@ -259,6 +272,12 @@ class LedgerResolver:
         )
 
     def _sqlite_ledger(self, path: str) -> tuple[EffectLedger, bool]:
+        from langgraph_resilience.stores.sqlite import (  # noqa: PLC0415 (see _is)
+            SqliteIdempotencyStore,
+            SqliteSagaLog,
+            sqlite_connect,
+        )
+
         built = EffectLedger(
             SqliteIdempotencyStore(sqlite_connect(path)), SqliteSagaLog(sqlite_connect(path))
         )

@@ -21,7 +21,6 @@ idempotency key and the reconciliation (`in_flight`) cover that one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -29,9 +28,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
-from langgraph_resilience.errors import PersistenceError, ThreadLockLostError
-from langgraph_resilience.events import Event, emit
-from langgraph_resilience.stores.held import Fence, current_fence, holding
+from langgraph_resilience.errors import PersistenceError
+from langgraph_resilience.stores.held import Fence, acheck_fence, check_fence, holding, thread_of
 from langgraph_resilience.stores.leases import abandon
 from langgraph_resilience.stores.postgres import first_line
 
@@ -39,39 +37,8 @@ __all__ = [
     "AsyncFencedPostgresSaver",
     "Fence",
     "FencedPostgresSaver",
-    "acheck_fence",
-    "check_fence",
     "holding",
 ]
-
-
-def _thread_of(config: RunnableConfig | Mapping[str, Any] | str) -> str:
-    if isinstance(config, str):
-        return config
-    return str((config.get("configurable") or {}).get("thread_id", ""))
-
-
-def check_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
-    """Stop (`ThreadLockLostError`) if this context holds the thread's lease and lost it
-    (one statement; nothing when it holds none). A stop is a ``fenced`` event."""
-    fence = current_fence(_thread_of(config))
-    if fence is not None:
-        try:
-            fence.check()
-        except ThreadLockLostError:
-            emit(Event("fenced", thread_id=fence.thread_id, fence=fence.token))
-            raise
-
-
-async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
-    """Async `check_fence`."""
-    fence = current_fence(_thread_of(config))
-    if fence is not None:
-        try:
-            await fence.acheck()
-        except ThreadLockLostError:
-            emit(Event("fenced", thread_id=fence.thread_id, fence=fence.token))
-            raise
 
 
 def _write_failed(config: RunnableConfig, exc: BaseException) -> PersistenceError:
@@ -80,9 +47,9 @@ def _write_failed(config: RunnableConfig, exc: BaseException) -> PersistenceErro
     the ledger keeps every effect's outcome, so resuming the thread completes it. The
     run ends here, so its lease of the thread is given up in this process (a release
     cannot reach a database that is gone): the resume takes the thread at once."""
-    abandon(_thread_of(config))
+    abandon(thread_of(config))
     return PersistenceError(
-        f"writing a checkpoint of thread {_thread_of(config)!r} failed: {first_line(exc)}; "
+        f"writing a checkpoint of thread {thread_of(config)!r} failed: {first_line(exc)}; "
         "nothing after its last checkpoint was saved: resume the thread (resume / aresume) "
         "once PostgreSQL answers again"
     )

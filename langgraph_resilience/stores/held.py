@@ -13,9 +13,23 @@ import contextlib
 import contextvars
 import json
 from collections.abc import Iterator, Mapping
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-__all__ = ["Fence", "current_fence", "fences_json", "holding"]
+from langgraph_resilience.errors import ThreadLockLostError
+from langgraph_resilience.events import Event, emit
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+__all__ = [
+    "Fence",
+    "acheck_fence",
+    "check_fence",
+    "current_fence",
+    "fences_json",
+    "holding",
+    "thread_of",
+]
 
 
 @runtime_checkable
@@ -75,3 +89,32 @@ def fences_json() -> str:
     if not held:
         return "{}"
     return json.dumps({t: {"token": f.token, "db": f.db} for t, f in held.items()})
+
+
+def thread_of(config: RunnableConfig | Mapping[str, Any] | str) -> str:
+    if isinstance(config, str):
+        return config
+    return str((config.get("configurable") or {}).get("thread_id", ""))
+
+
+def check_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
+    """Stop (`ThreadLockLostError`) if this context holds the thread's lease and lost it
+    (one statement; nothing when it holds none). A stop is a ``fenced`` event."""
+    fence = current_fence(thread_of(config))
+    if fence is not None:
+        try:
+            fence.check()
+        except ThreadLockLostError:
+            emit(Event("fenced", thread_id=fence.thread_id, fence=fence.token))
+            raise
+
+
+async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
+    """Async `check_fence`."""
+    fence = current_fence(thread_of(config))
+    if fence is not None:
+        try:
+            await fence.acheck()
+        except ThreadLockLostError:
+            emit(Event("fenced", thread_id=fence.thread_id, fence=fence.token))
+            raise

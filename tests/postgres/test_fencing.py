@@ -15,7 +15,7 @@ import pytest
 from langgraph_resilience import ThreadBusyError, open_postgres
 from langgraph_resilience.errors import PersistenceError, ThreadLockLostError
 from langgraph_resilience.stores import athread_lock, thread_lock
-from langgraph_resilience.stores.fencing import check_fence
+from langgraph_resilience.stores.held import check_fence
 from tests.postgres.processes import finish, spawn
 
 WORKER = pathlib.Path(__file__).with_name("fence_worker.py")

@@ -26,8 +26,7 @@ from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import drive
 from langgraph_resilience.errors import PersistenceError, SetupTimeoutError, ThreadLockLostError
 from langgraph_resilience.stores import athread_lock, thread_lock
-from langgraph_resilience.stores.fencing import check_fence
-from langgraph_resilience.stores.held import holding
+from langgraph_resilience.stores.held import check_fence, holding
 from langgraph_resilience.stores.leases import Lease, acquire
 from langgraph_resilience.stores.locks import lease_runner, thread_held
 from langgraph_resilience.stores.persistence import SETUP_THREAD

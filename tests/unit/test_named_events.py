@@ -70,8 +70,11 @@ class LostFence:
 
 
 def test_a_run_stopped_by_its_fence_is_a_fenced_event(recorder: Recorder) -> None:
-    from langgraph_resilience.stores.fencing import acheck_fence, check_fence  # noqa: PLC0415
-    from langgraph_resilience.stores.held import holding  # noqa: PLC0415
+    from langgraph_resilience.stores.held import (  # noqa: PLC0415
+        acheck_fence,
+        check_fence,
+        holding,
+    )
 
     with holding(LostFence()):
         with pytest.raises(ThreadLockLostError):
