@@ -46,8 +46,11 @@ it answers without running is then never seen by the others.
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import warnings
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, NotRequired, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -69,7 +72,7 @@ from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
-from langgraph_resilience.errors import ConfigurationError, FailureClass
+from langgraph_resilience.errors import ConfigurationError, FailureClass, ResilienceWarning
 from langgraph_resilience.graph.call_step import acall_step, call_step
 from langgraph_resilience.graph.model import ResilientChatModel, resilient_model
 from langgraph_resilience.graph.model_streaming import Ask
@@ -167,6 +170,10 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         )
         self._pending = AnswerPendingNode(tools=self.engine)
         self._checked: frozenset[str] = frozenset()
+        self._given_up: weakref.WeakValueDictionary[int, ModelRequest[Any]] = (
+            weakref.WeakValueDictionary()
+        )
+        self._told_outer = False
 
     @property
     def name(self) -> str:
@@ -268,9 +275,10 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             return handler(request.override(model=chain.models[index]))
 
         ask = Ask(sync, _no_async)
-        return cast(
-            "ModelResponse[Any]", drive(chain.flow(chain.clock.monotonic(), ask), chain.clock)
-        )
+        with self._giving_up(request):
+            return cast(
+                "ModelResponse[Any]", drive(chain.flow(chain.clock.monotonic(), ask), chain.clock)
+            )
 
     async def awrap_model_call(
         self,
@@ -286,7 +294,32 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
 
         ask = Ask(_no_sync, asynchronous)
         flow = chain.flow(chain.clock.monotonic(), ask)
-        return cast("ModelResponse[Any]", await adrive(flow, chain.clock))
+        with self._giving_up(request):
+            return cast("ModelResponse[Any]", await adrive(flow, chain.clock))
+
+    @contextlib.contextmanager
+    def _giving_up(self, request: ModelRequest[Any]) -> Iterator[None]:
+        """Remember a request the model chain gave up on: asked again with that very
+        request, a retrying middleware listed before this one (the outermost, in
+        `create_agent`) is calling it around our retries, and that is warned of once.
+        Told by behaviour, not by the list, which a middleware is never shown."""
+        if self._given_up.get(id(request)) is request and not self._told_outer:
+            self._told_outer = True
+            warnings.warn(
+                "a middleware listed before ResilienceMiddleware in create_agent(middleware="
+                "[...]), such as ModelRetryMiddleware, asked the model again after "
+                "ResilienceMiddleware had given up: its retries run around ours, outside "
+                "the attempt budgets and breakers (attempts multiply); list "
+                "ResilienceMiddleware first, or drop it: ResilienceMiddleware retries already",
+                ResilienceWarning,
+                stacklevel=4,
+            )
+        try:
+            yield
+        except Exception:
+            if not self._told_outer:
+                self._given_up[id(request)] = request
+            raise
 
     def _learn(self, request: ModelRequest[Any]) -> None:
         """Meet the agent's tools (the model request names them all) and check the
