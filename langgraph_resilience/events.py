@@ -4,8 +4,10 @@ Every attempt, retry, outcome and routing decision becomes one `Event`. Inside
 a graph it is written to ``stream_mode="custom"`` as a dict with a
 ``"resilience"`` key naming the event kind, so a user streaming the graph sees
 recovery step by step; it is always logged to the ``langgraph_resilience``
-logger. Event payloads are built from redacted envelopes, and `emit` redacts every
-field again before it leaves.
+logger. In a run with callback handlers (LangSmith's tracer, a user's handler), it is
+also a custom event of the run it happens in, named ``resilience.<kind>``, so the
+trace shows each attempt and decision. Event payloads are built from redacted
+envelopes, and `emit` redacts every field again before it leaves.
 
 An `Observer` (OpenTelemetry's, `langgraph_resilience.telemetry.instrument`) also
 sees every event and wraps every attempt of a tool call. With none registered, which
@@ -19,6 +21,8 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
+from langchain_core.callbacks import dispatch_custom_event
+from langchain_core.runnables.config import var_child_runnable_config
 from langgraph.config import get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
@@ -93,6 +97,15 @@ def _writer() -> Any:
     return writer
 
 
+def _traced() -> bool:
+    """Whether the run this code runs in has callback handlers (LangSmith's tracer, a
+    user's handler): then each event is also a custom event of that run, which LangSmith
+    shows in its trace. A run without any costs one context-variable read."""
+    config = var_child_runnable_config.get()
+    callbacks = config.get("callbacks") if config else None
+    return bool(getattr(callbacks, "handlers", callbacks))
+
+
 class Observer(Protocol):
     """Sees every event (redacted) and each attempt of a tool call."""
 
@@ -164,7 +177,9 @@ def observed_attempt(tool: str, call_id: str) -> Iterator[Outcome]:
 def listening() -> bool:
     """Whether an event emitted now reaches anyone (a ``custom`` stream, the log or an
     observer), so a hot path builds its `Event` only then."""
-    return bool(_OBSERVERS) or logger.isEnabledFor(logging.INFO) or _writer() is not None
+    if _OBSERVERS or logger.isEnabledFor(logging.INFO) or _traced():
+        return True
+    return _writer() is not None
 
 
 def emit(event: Event) -> None:
@@ -175,12 +190,16 @@ def emit(event: Event) -> None:
     strings scrubbed, lists and dicts walked), whoever built it."""
     writer = _writer()
     logging_on = logger.isEnabledFor(logging.INFO)
-    if writer is None and not logging_on and not _OBSERVERS:
+    traced = _traced()
+    if writer is None and not logging_on and not _OBSERVERS and not traced:
         return
     fields = _redacted(event)
     if logging_on:
         logger.info("%s %s", event.kind, fields)
     if writer is not None:
         writer({EVENT_KEY: event.kind, **fields})
+    if traced:
+        with contextlib.suppress(RuntimeError):  # a run without a parent run id
+            dispatch_custom_event(f"{EVENT_KEY}.{event.kind}", fields)
     for observer in _OBSERVERS:
         observer.event(event.kind, fields)
