@@ -37,7 +37,7 @@ def test_the_quick_start_runs_as_written(tmp_path: pathlib.Path, entry: int) -> 
         return
     shown = section_text_block()
     assert done.stdout.strip() == shown
-    assert "retry_scheduled search transient" in shown
+    assert "retry_scheduled create_order transient" in shown
     assert shown.endswith("Ordered a desk lamp.")
 
 
