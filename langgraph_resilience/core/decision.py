@@ -1,7 +1,8 @@
 """The decisions after a failure: a tool call's and a model call's, on one retry rule.
 
-`decide` maps (envelope, what was spent, policy) to a tool call's next step; the
-nodes only carry out its `Decision`. `decide_model` does the same for one model of a
+`decide` maps (envelope, what was spent, policy, the ways out the graph offers:
+`Paths`) to a tool call's final route, fallback and MCP skip included; the nodes only
+carry out its `Decision`. `decide_model` does the same for one model of a
 `resilient_model` chain (retry, fall back, raise). Both ask `retry_wait` whether and
 how long to wait, with one attempt convention: `attempts` counts the executions
 made, the failed one included. `unrecovered` says where a tool failure goes when
@@ -26,6 +27,7 @@ __all__ = [
     "DEFAULT_FALLBACK_ON",
     "Decision",
     "ModelStep",
+    "Paths",
     "decide",
     "decide_model",
     "decide_repair",
@@ -35,7 +37,7 @@ __all__ = [
     "unrecovered",
 ]
 
-Route = Literal["retry", "repair", "replan", "escalate", "agent"]
+Route = Literal["retry", "repair", "fallback", "replan", "escalate", "skip", "agent"]
 
 WaitRefused = Literal["max_attempts", "deadline", "retry_after", "retry_after_too_long"]
 """Why a retriable failure is not retried."""
@@ -114,13 +116,33 @@ def retry_in_step(wait: float, policy: ResiliencePolicy) -> bool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
-    """What to do with one failed call: retry after `delay`, repair it, or hand the
-    envelope back to the agent."""
+    """What to do with one failed call: retry after `delay`, repair it, hand it to the
+    fallback tool `to`, to the planner or a human, answer it as skipped (its MCP server,
+    `to`, is unreachable), or hand the envelope back to the agent."""
 
     route: Route
     delay: float = 0.0
     exhausted: ExhaustionReason | None = None
     """Why a recoverable failure is not recovered; None when no path applies."""
+    to: str = ""
+    """The fallback tool (``fallback``) or the unreachable MCP server (``skip``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Paths:
+    """The ways out of a failure the graph offers besides retry and repair, as facts
+    `decide` reads: the graph learns them (breakers, budgets, wiring), `decide` chooses."""
+
+    retry_budget: bool = True
+    """False once the shared retry budget refused a token."""
+    fallback: str = ""
+    """The next fallback tool still worth a call (not tried, breaker not open)."""
+    can_replan: bool = False
+    can_escalate: bool = False
+    in_plan: bool = False
+    """The call is a step of a running plan: its executor handles the failure."""
+    skip: str = ""
+    """The MCP server a non-critical tool's failure shows unreachable."""
 
 
 def remembered_gone(
@@ -166,25 +188,33 @@ def decide_repair(
     return Decision("repair")
 
 
-def unrecovered(
-    error: ToolError,
-    decision: Decision,
-    *,
-    can_replan: bool,
-    can_escalate: bool,
-    in_plan: bool = False,
-) -> Decision:
+def unrecovered(error: ToolError, decision: Decision, paths: Paths) -> Decision:
     """Where a failure goes when retry and repair cannot take it (DESIGN.md section 1).
 
-    POLICY and UNKNOWN never reach the planner: a human decides (when
-    escalation is on). An open breaker never reaches a human: the planner, else
-    the agent (with the breaker's ``retry_after``). Other STRUCTURAL failures,
-    loops and exhausted per-call budgets go to the planner, else to a human. A
-    spent thread budget goes to a human: a new plan would only spend more. Calls
-    of a running plan are answered; the plan executor handles their failure
-    through fallbacks.
+    A tool that is out (STRUCTURAL, or its retries spent) hands the call to its next
+    fallback (`paths.fallback`). Else POLICY and UNKNOWN never reach the planner: a
+    human decides (when escalation is on). An open breaker never reaches a human: the
+    planner, else the agent (with the breaker's ``retry_after``). Other STRUCTURAL
+    failures, loops and exhausted per-call budgets go to the planner, else to a human.
+    A spent thread budget goes to a human: a new plan would only spend more. Calls of
+    a running plan are answered; the plan executor handles their failure through
+    fallbacks. What is left for the agent is answered as skipped when its MCP server
+    is unreachable (`paths.skip`).
     """
-    if decision.route != "agent" or in_plan:
+    if decision.route != "agent":
+        return decision
+    if paths.fallback and _tool_out(error, decision):
+        return Decision("fallback", exhausted=decision.exhausted, to=paths.fallback)
+    onward = _onward(error, decision, paths)
+    if onward.route == "agent" and paths.skip:
+        return Decision("skip", exhausted=onward.exhausted, to=paths.skip)
+    return onward
+
+
+def _onward(error: ToolError, decision: Decision, paths: Paths) -> Decision:
+    """The planner, a human, or the agent, for a failure no tool takes."""
+    can_replan, can_escalate = paths.can_replan, paths.can_escalate
+    if paths.in_plan:
         return decision
     human = Decision("escalate", exhausted=decision.exhausted) if can_escalate else decision
     if error.context.get("breaker") == "open":
@@ -238,8 +268,10 @@ def decide(
     llm_calls: int = 0,
     can_repair: bool = False,
     idempotent: bool = False,
+    paths: Paths = Paths(),
 ) -> Decision:
-    """Decide the next step after a failed execution.
+    """Decide where a failed execution goes: the final route, which the graph carries
+    out without deciding anything more.
 
     `attempts` counts executions of this call so far (the failed one included),
     `task_attempts` every tool execution in the current task, `elapsed` the
@@ -248,11 +280,60 @@ def decide(
     recovery LLM calls. `idempotent` says side effects run under idempotency
     keys, which is what makes retrying them safe.
 
+    A retry the budget refuses, and a failure neither retry nor repair takes, goes to
+    the fallback tool when the tool is out (STRUCTURAL, or its retries spent), then
+    where `unrecovered` sends it; a non-critical MCP tool whose server is unreachable
+    is then answered as skipped.
+
     A side effect whose outcome is unknown and that has a ``status_check`` is
     reconciled before anything is counted: asking the service is not an attempt,
     and the tools node only runs it again when the answer is "not done" and
     attempts are left.
     """
+    first = _recovery(
+        error,
+        attempts=attempts,
+        task_attempts=task_attempts,
+        elapsed=elapsed,
+        policy=policy,
+        profile=profile,
+        rng=rng,
+        repairs=repairs,
+        llm_calls=llm_calls,
+        can_repair=can_repair,
+        idempotent=idempotent,
+    )
+    if first.route == "retry" and not paths.retry_budget:
+        first = Decision("agent", exhausted="retry_budget")
+    return first if first.route != "agent" else unrecovered(error, first, paths)
+
+
+def _tool_out(error: ToolError, decision: Decision) -> bool:
+    """The tool itself cannot serve the call now (missing, breaker open, retries
+    spent), so another tool may: a fallback's case."""
+    return error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
+        "max_attempts",
+        "deadline",
+        "retry_after",
+        "retry_budget",
+    )
+
+
+def _recovery(
+    error: ToolError,
+    *,
+    attempts: int,
+    task_attempts: int,
+    elapsed: float | None,
+    policy: ResiliencePolicy,
+    profile: ToolProfile | None,
+    rng: random.Random,
+    repairs: int,
+    llm_calls: int,
+    can_repair: bool,
+    idempotent: bool,
+) -> Decision:
+    """Retry, repair, or neither (``agent``, with why): the call's own recovery."""
     if error.failure_class is FailureClass.SEMANTIC:
         return decide_repair(
             error,

@@ -18,7 +18,7 @@ from langchain_core.messages import AnyMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolInvocationError
 
 from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.decision import Decision, decide, decide_repair, unrecovered
+from langgraph_resilience.core.decision import Decision, Paths, decide, decide_repair, unrecovered
 from langgraph_resilience.core.partial import PartialResult, as_partial_result, failed_items
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import CircuitOpenError, FailureClass, ToolError, ToolGoneError
@@ -257,28 +257,44 @@ def _decide(
     error: ToolError,
     now: float,
 ) -> None:
-    """Carry out `decide()`'s verdict on a failed execution: retry, fall back, or on."""
-    decision = decide(
-        error,
-        attempts=tool_attempts(record),
-        task_attempts=step.task_attempts,
-        elapsed=step.elapsed,
-        policy=cfg.policy,
-        profile=cfg.profiles.get(call["name"]),
-        rng=cfg.rng,
-        repairs=record.get("repairs", 0),
-        llm_calls=int(step.task.get("llm_calls") or 0),
-        can_repair=cfg.can_repair,
-        idempotent=True,  # every side effect runs under a key (effect_ledger)
-    )
+    """Ask `decide()` for a failed execution's final route, and carry it out. A retry
+    takes a token of the shared budget; refused one, `decide` is asked again, told so."""
+    inputs: dict[str, Any] = {
+        "attempts": tool_attempts(record),
+        "task_attempts": step.task_attempts,
+        "elapsed": step.elapsed,
+        "policy": cfg.policy,
+        "profile": cfg.profiles.get(call["name"]),
+        "rng": cfg.rng,
+        "repairs": record.get("repairs", 0),
+        "llm_calls": int(step.task.get("llm_calls") or 0),
+        "can_repair": cfg.can_repair,
+        "idempotent": True,  # every side effect runs under a key (effect_ledger)
+    }
+    paths = _paths(cfg, step, record, error)
+    decision = decide(error, **inputs, paths=paths)
     if decision.route == "retry" and not cfg.withdraw(call["name"], now):
-        decision = Decision("agent", exhausted="retry_budget")
+        decision = decide(error, **inputs, paths=dataclasses.replace(paths, retry_budget=False))
     unreported = step.unreported.pop(call["id"] or "", None)
     if unreported is not None and decision.route != "retry":
         step.reports.append(unreported)  # the call leaves this tool: one outcome
-    if _fall_back(cfg, step, slot, record, error, decision=decision):
-        return
     _carry_out(cfg, step, slot, record, error, decision=decision, now=now)
+
+
+def _paths(cfg: ToolSettings, step: Step, record: CallRecord, error: ToolError) -> Paths:
+    """What the graph offers a failed call besides retry and repair: its next fallback
+    still worth a call, the planner, a human, a skip when its MCP server is down."""
+    tried = [*record.get("tried", []), record["tool"]]
+    gone = {**(step.ledger.get("gone") or {}), **step.gone}
+    fallbacks = cfg.fallbacks(tried[0], tried, gone, cfg.clock.time())
+    call_id = record.get("call_id") or error.call_id or ""
+    return Paths(
+        fallback=fallbacks[0] if fallbacks else "",
+        can_replan=cfg.can_replan,
+        can_escalate=cfg.can_escalate,
+        in_plan=call_id.startswith(PLAN_CALL_PREFIX),
+        skip=_skippable(cfg, record["tool"], error),
+    )
 
 
 def _partial(
@@ -354,57 +370,36 @@ def _settle_partial(
 
 
 def _fall_back(
-    cfg: ToolSettings,
-    step: Step,
-    slot: str,
-    record: CallRecord,
-    error: ToolError,
-    *,
-    decision: Decision,
-) -> bool:
-    """Hand a call whose tool is out (open breaker, STRUCTURAL, retries spent) to the
-    next fallback whose breaker is not open; never back to a tool already tried."""
-    out = error.failure_class is FailureClass.STRUCTURAL or decision.exhausted in (
-        "max_attempts",
-        "deadline",
-        "retry_after",
-        "retry_budget",
-    )
-    if decision.route != "agent" or not out:
-        return False
+    cfg: ToolSettings, step: Step, slot: str, record: CallRecord, error: ToolError, *, to: str
+) -> None:
+    """Hand the call to the fallback tool `to`, from its primary's original arguments;
+    the fallback's own attempts start here."""
     tried = [*record.get("tried", []), record["tool"]]
-    gone = {**(step.ledger.get("gone") or {}), **step.gone}
-    candidates = cfg.fallbacks(tried[0], tried, gone, cfg.clock.time())
-    if not candidates:
-        return False
-    fallback = candidates[0]
     chain = cfg.profiles[tried[0]]
     origin = record.get("origin_args") or record.get("args", {})
     args = dict(origin)
     if chain.fallback_args is not None:
-        args = chain.fallback_args(fallback, dict(origin))
+        args = chain.fallback_args(to, dict(origin))
     record["origin_args"] = origin
     record["tried"] = tried
-    record["served_by"] = fallback
-    record["fallback_at"] = record["attempts"]  # the fallback's own attempts start here
+    record["served_by"] = to
+    record["fallback_at"] = record["attempts"]
     record["tried_errors"] = [*record.get("tried_errors", []), error.model_dump(mode="json")]
     record["args"] = args
     record["status"] = "scheduled"
     record["due"] = None
-    record["key"] = call_key(fallback, args, noise_fields=cfg.policy.noise_fields)
+    record["key"] = call_key(to, args, noise_fields=cfg.policy.noise_fields)
     step.calls[slot] = record
     step.count("fallback")
-    failure = error.failure_class.value
     emit(
         Event(
             "fallback",
             tool=record["tool"],
-            to=fallback,
+            to=to,
             call_id=record.get("call_id"),
-            failure_class=failure,
+            failure_class=error.failure_class.value,
         )
     )
-    return True
 
 
 def _note_reroute(step: Step, record: CallRecord, rerouted: tuple[str, dict[str, Any]]) -> None:
@@ -436,18 +431,14 @@ def _carry_out(
     decision: Decision,
     now: float,
 ) -> None:
-    """Apply a decision to a call's record: wait, repair, replan, escalate or answer."""
+    """Apply `decide()`'s route to a call's record: wait, repair, fall back, replan,
+    escalate, or answer (with the envelope, or as skipped)."""
     tool = record["tool"]
     call_id = record.get("call_id") or error.call_id or ""
-    decision = unrecovered(
-        error,
-        decision,
-        can_replan=cfg.can_replan,
-        can_escalate=cfg.can_escalate,
-        in_plan=call_id.startswith(PLAN_CALL_PREFIX),
-    )
     step.calls[slot] = record
-    if decision.route in ("replan", "escalate"):
+    if decision.route == "fallback":
+        _fall_back(cfg, step, slot, record, error, to=decision.to)
+    elif decision.route in ("replan", "escalate"):
         step.count(f"{decision.route}_needed")
         failure = error.failure_class.value
         emit(
@@ -487,26 +478,25 @@ def _carry_out(
             reads = check_with(cfg.tools, cfg.profiles, record["tool"], record.get("args") or {})
             if reads:
                 error = error.model_copy(update={"context": {**error.context, "check_with": reads}})
-        _give_up(step, record, error, decision, skip=_skippable(cfg, record["tool"], error))
+        _give_up(step, record, error, decision)
 
 
-def _skippable(cfg: ToolSettings, tool: str, error: ToolError) -> str | None:
+def _skippable(cfg: ToolSettings, tool: str, error: ToolError) -> str:
     """The MCP server a non-critical tool's failure shows unreachable (its connection or
-    session lost, its breaker open), so the call is answered as skipped; else None."""
+    session lost, its breaker open), so the call may be answered as skipped; else ""."""
     server, profile = cfg.server_of(tool), cfg.profiles.get(tool)
     if server is None or profile is None or profile.critical:
-        return None
+        return ""
     context = error.context
     lost = context.get("connection") or context.get("session") or context.get("breaker")
     reconnecting = context.get("mcp") in ("session_closed", "reconnecting")
-    return server if lost or reconnecting else None
+    return server if lost or reconnecting else ""
 
 
-def _give_up(
-    step: Step, record: CallRecord, error: ToolError, decision: Decision, *, skip: str | None
-) -> None:
+def _give_up(step: Step, record: CallRecord, error: ToolError, decision: Decision) -> None:
     """Answer the call with its envelope (the agent decides what to do next), or as
-    skipped when it is a non-critical tool of an unreachable MCP server (`skip`)."""
+    skipped when its route is ``skip`` (a non-critical tool of an unreachable MCP
+    server, `decision.to`)."""
     step.count("gave_up")
     emit(
         Event(
@@ -528,9 +518,9 @@ def _give_up(
     pending = error.failure_class is FailureClass.UNKNOWN or error.context.get("maybe_executed")
     if pending and unknown:  # its intent stays open: the agent was told it may have run
         step.informed[str(unknown)] = str(step.task.get("id", ""))
-    if skip is not None:
+    if decision.route == "skip":
         call = ToolCall(name=record["tool"], args={}, id=error.call_id, type="tool_call")
-        step.messages.append(skipped_message(call, skip, []))
+        step.messages.append(skipped_message(call, decision.to, []))
         return
     step.messages.append(error_message(error, exhausted=decision.exhausted))
 
@@ -548,7 +538,8 @@ def _end_waits_past_budget(cfg: ToolSettings, step: Step, state: Any, batch: Bat
         if record is None or record["status"] != "scheduled" or record["error"] is None:
             continue
         error = ToolError.model_validate(record["error"])
-        decision = Decision("agent", exhausted="max_tool_attempts")
+        spent = Decision("agent", exhausted="max_tool_attempts")
+        decision = unrecovered(error, spent, _paths(cfg, step, record, error))
         _carry_out(cfg, step, entry.slot, dict(record), error, decision=decision, now=batch.now)  # type: ignore[arg-type]
 
 
@@ -581,13 +572,12 @@ def _settle_preflight(
             }
             return
         item.exhausted = decision.exhausted
-    onward = unrecovered(
-        error,
-        Decision("agent", exhausted=item.exhausted),
+    paths = Paths(
         can_replan=cfg.can_replan,
         can_escalate=cfg.can_escalate,
         in_plan=(error.call_id or "").startswith(PLAN_CALL_PREFIX),
     )
+    onward = unrecovered(error, Decision("agent", exhausted=item.exhausted), paths)
     if item.exhausted == "loop":
         step.count("loop_detected")
         count = error.context.get("count")
