@@ -86,8 +86,10 @@ def _documents() -> dict[str, str]:
 
 
 def _readme_code() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    """The ``python`` blocks of the README and of docs/."""
+    texts = [(ROOT / "README.md").read_text(encoding="utf-8")]
+    texts += [path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md"))]
+    return [code for text in texts for code in re.findall(r"```python\n(.*?)```", text, re.DOTALL)]
 
 
 def package_imports(source: str) -> set[str]:
@@ -139,8 +141,8 @@ def test_a_name_lives_in_one_public_module() -> None:
 
 
 def test_the_readme_imports_only_public_modules() -> None:
-    """The README's code imports nothing internal (examples and notebooks are checked
-    where they are executed)."""
+    """The code in the README and docs/ imports nothing internal (examples and
+    notebooks are checked where they are executed)."""
     imported = set().union(*(package_imports(code) for code in _readme_code()))
     assert imported <= set(PUBLIC_MODULES), sorted(imported - set(PUBLIC_MODULES))
 
