@@ -61,7 +61,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from benchmarks.scratch import scratch_database
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
-from langgraph_resilience.stores.postgres import (
+from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
 )

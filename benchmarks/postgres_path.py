@@ -87,7 +87,7 @@ from langgraph_resilience.stores.breakers import (
 )
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
-from langgraph_resilience.stores.postgres import (
+from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
 )

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from langgraph_resilience.stores.persistence import (
         Persistence,
     )
-    from langgraph_resilience.stores.postgres import (
+    from langgraph_resilience.stores.postgres_ledger import (
         AsyncPostgresIdempotencyStore,
         AsyncPostgresSagaLog,
         PostgresIdempotencyStore,
@@ -92,10 +92,10 @@ _HOMES: dict[str, str] = {
     "thread_lock": "langgraph_resilience.stores.locks",
     "InMemoryIdempotencyStore": "langgraph_resilience.stores.memory",
     "Persistence": "langgraph_resilience.stores.persistence",
-    "AsyncPostgresIdempotencyStore": "langgraph_resilience.stores.postgres",
-    "AsyncPostgresSagaLog": "langgraph_resilience.stores.postgres",
-    "PostgresIdempotencyStore": "langgraph_resilience.stores.postgres",
-    "PostgresSagaLog": "langgraph_resilience.stores.postgres",
+    "AsyncPostgresIdempotencyStore": "langgraph_resilience.stores.postgres_ledger",
+    "AsyncPostgresSagaLog": "langgraph_resilience.stores.postgres_ledger",
+    "PostgresIdempotencyStore": "langgraph_resilience.stores.postgres_ledger",
+    "PostgresSagaLog": "langgraph_resilience.stores.postgres_ledger",
     "InMemorySagaLog": "langgraph_resilience.stores.saga",
     "SharedStores": "langgraph_resilience.stores.shared",
     "ashared_postgres": "langgraph_resilience.stores.shared",

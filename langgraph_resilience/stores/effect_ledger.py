@@ -223,7 +223,7 @@ class LedgerResolver:
         # A saver's single connection (``from_conn_string``) is used under the saver's
         # own lock, as the saver uses it; a pool's connections are never shared.
         if _is(checkpointer, _PG, "PostgresSaver"):
-            from langgraph_resilience.stores.postgres import (  # noqa: PLC0415 (see _is)
+            from langgraph_resilience.stores.postgres_ledger import (  # noqa: PLC0415 (see _is)
                 PostgresIdempotencyStore,
                 PostgresSagaLog,
             )
@@ -234,7 +234,7 @@ class LedgerResolver:
             )
             return self._with_explicit(built), True
         if _is(checkpointer, _PG_AIO, "AsyncPostgresSaver"):
-            from langgraph_resilience.stores.postgres import (  # noqa: PLC0415 (see _is)
+            from langgraph_resilience.stores.postgres_ledger import (  # noqa: PLC0415 (see _is)
                 AsyncPostgresIdempotencyStore,
                 AsyncPostgresSagaLog,
             )

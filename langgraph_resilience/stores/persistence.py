@@ -51,7 +51,7 @@ Durability (the ``durability=`` argument of ``invoke`` / ``stream`` / ``ainvoke`
 
 Whatever the mode, the ledger's intent is committed durably before the effect
 starts; its outcome is flushed by the next durable commit (see
-`~langgraph_resilience.stores.postgres.PostgresIdempotencyStore`), and if that is
+`~langgraph_resilience.stores.postgres_ledger.PostgresIdempotencyStore`), and if that is
 lost the intent is reconciled, never re-executed blindly.
 """
 
@@ -95,13 +95,15 @@ from langgraph_resilience.stores.locks import athread_lock, thread_lock
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.postgres import (
     POSTGRES_CONNECTION_KWARGS,
-    AsyncPostgresIdempotencyStore,
-    AsyncPostgresSagaLog,
     Postgres,
-    PostgresIdempotencyStore,
-    PostgresSagaLog,
     connect_error,
     first_line,
+)
+from langgraph_resilience.stores.postgres_ledger import (
+    AsyncPostgresIdempotencyStore,
+    AsyncPostgresSagaLog,
+    PostgresIdempotencyStore,
+    PostgresSagaLog,
 )
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.stores.sqlite import SqliteIdempotencyStore, SqliteSagaLog, sqlite_connect

@@ -33,7 +33,10 @@ from langgraph_resilience import (
 )
 from langgraph_resilience.stores import EffectStatus
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
-from langgraph_resilience.stores.postgres import PostgresIdempotencyStore, PostgresSagaLog
+from langgraph_resilience.stores.postgres_ledger import (
+    PostgresIdempotencyStore,
+    PostgresSagaLog,
+)
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 
 PAID = threading.Event()

@@ -49,7 +49,7 @@ from langgraph_resilience.stores.persistence import (
     aopen_postgres,
     open_postgres,
 )
-from langgraph_resilience.stores.postgres import PostgresIdempotencyStore
+from langgraph_resilience.stores.postgres_ledger import PostgresIdempotencyStore
 from langgraph_resilience.stores.threads import (
     aresume,
     athread_status,

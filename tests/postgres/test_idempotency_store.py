@@ -39,7 +39,7 @@ from langgraph_resilience.stores.persistence import (
     open_postgres,
     open_sqlite,
 )
-from langgraph_resilience.stores.postgres import (
+from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
     PostgresSagaLog,

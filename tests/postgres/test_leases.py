@@ -30,7 +30,7 @@ from langgraph_resilience.stores.held import check_fence, holding
 from langgraph_resilience.stores.leases import Lease, acquire
 from langgraph_resilience.stores.locks import lease_runner, thread_held
 from langgraph_resilience.stores.persistence import SETUP_THREAD
-from langgraph_resilience.stores.postgres import PostgresIdempotencyStore
+from langgraph_resilience.stores.postgres_ledger import PostgresIdempotencyStore
 from langgraph_resilience.testing import FakeClock
 from tests.pgbouncer import PgBouncer
 

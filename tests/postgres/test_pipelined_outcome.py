@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import ToolProfile
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
-from langgraph_resilience.stores.postgres import (
+from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
     PostgresSagaLog,

@@ -22,7 +22,7 @@ from langgraph_resilience.stores.persistence import (
     aopen_postgres,
     open_postgres,
 )
-from langgraph_resilience.stores.postgres import (
+from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
 )

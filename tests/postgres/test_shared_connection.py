@@ -18,11 +18,10 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.stores.postgres import POSTGRES_CONNECTION_KWARGS as KWARGS
-from langgraph_resilience.stores.postgres import (
+from langgraph_resilience.stores.postgres import JsonTable, Postgres
+from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     AsyncPostgresSagaLog,
-    JsonTable,
-    Postgres,
     PostgresIdempotencyStore,
     PostgresSagaLog,
 )

@@ -21,7 +21,7 @@ from langgraph_resilience.core.effects import DEFAULT_RETENTION, IdempotencyStor
 from langgraph_resilience.stores.effect_ledger import LedgerResolver
 from langgraph_resilience.stores.memory import SWEEP_EVERY, InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import Persistence, open_sqlite
-from langgraph_resilience.stores.postgres import (
+from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
 )
