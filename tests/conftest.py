@@ -163,8 +163,8 @@ def seeded_delays(seed: int, count: int, *, base: float = 0.5, cap: float = 30.0
 def pgbouncer() -> Iterator[PgBouncer]:
     """Debian's PgBouncer in transaction mode on a free loopback port, stopped after.
 
-    Under CI a missing binary fails the test (``.ci/run`` installs it); elsewhere it
-    skips with the reason.
+    Under CI a missing binary is installed (``tests/system_packages.py``), and fails
+    the test when it cannot be; elsewhere it skips with the reason.
     """
     binary = pgbouncer_binary()
     if binary is None:

@@ -27,17 +27,17 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tests.system_packages import installed
+
 __all__ = ["PgBouncer", "pgbouncer_binary"]
 
 UPSTREAM = ("127.0.0.1", 5432)
 
 
 def pgbouncer_binary() -> str | None:
-    """The ``pgbouncer`` binary (Debian installs it in /usr/sbin, off a user's PATH)."""
-    found = shutil.which("pgbouncer")
-    if found is None and os.access("/usr/sbin/pgbouncer", os.X_OK):
-        found = "/usr/sbin/pgbouncer"
-    return found
+    """The ``pgbouncer`` binary (Debian installs it in /usr/sbin, off a user's PATH);
+    under CI, installed from Debian's archive when missing."""
+    return installed("pgbouncer", "pgbouncer")
 
 
 def _free_port() -> int:

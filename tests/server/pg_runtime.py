@@ -43,6 +43,7 @@ from langgraph_sdk.client import SyncLangGraphClient
 
 from tests.conftest import ADMIN_DSN, IN_CI
 from tests.server.conftest import APP, _free_port
+from tests.system_packages import installed
 
 START_TIMEOUT = 60.0
 HEARTBEAT_S = 1  # LG_BG_JOB_HEARTBEAT: a dead worker's run is re-queued in about 4-6 s
@@ -143,7 +144,7 @@ class Redis:
             return sock.recv(16).startswith(b"+PONG")
 
     def start(self) -> Redis:
-        binary = shutil.which("redis-server")
+        binary = installed("redis-server", "redis-server")
         if binary is None:
             _unavailable("redis-server is not installed (apt-get install redis-server)")
         command = [str(binary), "--port", str(self.port), "--bind", "127.0.0.1"]
