@@ -127,6 +127,11 @@ class Lease:
         return {"thread_id": self.thread_id, "token": self.token, **extra}
 
     def _lost(self) -> ThreadLockLostError:
+        """The error of a lease found gone. It is dead for this process from now on
+        (`give_up`): the run that held it stops, and the next runner of this process
+        (the resume) takes the thread over at once, with a greater token, instead of
+        waiting for a row no one renews to lapse."""
+        self.give_up()
         self.lost = True
         return ThreadLockLostError(self.thread_id, self.where)
 
@@ -166,7 +171,7 @@ class Lease:
 
     def _renewed(self) -> Flow[bool]:
         if not (yield self._statement(lease_sql.RENEW, ttl=self.ttl)):
-            self.lost = True
+            self._lost()
         return not self.lost
 
     def renew(self) -> bool:

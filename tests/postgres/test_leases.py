@@ -131,6 +131,36 @@ def test_a_lease_whose_process_died_is_taken_over_at_once(pg_route: str) -> None
     fresh.release()
 
 
+class Unreachable:
+    """A lease runner whose database does not answer (a restart dropped it)."""
+
+    def rows(self, query: str, params: Any) -> Any:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    async def arows(self, query: str, params: Any) -> Any:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    def transaction(self, statements: Any) -> None:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    async def atransaction(self, statements: Any) -> None:
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+
+def test_a_lease_lost_to_an_unreachable_database_is_taken_over_at_once(pg_route: str) -> None:
+    """A run whose fence check cannot reach the database (a restart) stops with
+    ThreadLockLostError; its row still looks held for 30 s, but this process knows the
+    holder is dead, so the resume that follows takes the thread at once (it used to be
+    refused, ThreadBusyError, until the row lapsed)."""
+    lost = take(pg_route, "tu")
+    lost.runner = Unreachable()
+    with pytest.raises(ThreadLockLostError):
+        lost.check()
+    fresh = take(pg_route, "tu")
+    assert fresh.token > lost.token
+    fresh.release()
+
+
 def test_a_check_near_the_end_of_a_held_lease_renews_it(pg_route: str, pg_dsn: str) -> None:
     """A step slowed past the renewals finds its lease still held but with less than a
     third of its TTL left: the check renews it instead of stopping the run."""
