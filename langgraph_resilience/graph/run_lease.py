@@ -291,10 +291,19 @@ def _collected_first(take: Callable[[], Lease | _Local]) -> Lease | _Local:
 
 
 def _acquire(runner: LeaseRunner, key: str) -> Any:
+    """Take the thread's lease in the ledger's database. On a thread whose checkpoint
+    write just failed the lease is given up here at once: the run taking it is the one
+    that failed (its step ran beside the write), and the resume that follows takes the
+    thread without waiting for the row to lapse."""
     # Only a Postgres ledger has a lease runner: an in-memory run never imports psycopg.
-    from langgraph_resilience.stores.leases import acquire  # noqa: PLC0415
+    from langgraph_resilience.stores.leases import acquire, failed_write  # noqa: PLC0415
 
-    return acquire(runner, key, ttl=DEFAULT_LEASE_TTL, wait=False, clock=_REAL, where="this run")
+    lease = yield from acquire(
+        runner, key, ttl=DEFAULT_LEASE_TTL, wait=False, clock=_REAL, where="this run"
+    )
+    if failed_write(key):
+        lease.give_up()
+    return lease
 
 
 def _give_back(lease: Lease | _Local) -> None:

@@ -30,7 +30,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience.errors import PersistenceError
 from langgraph_resilience.stores.held import Fence, acheck_fence, check_fence, holding, thread_of
-from langgraph_resilience.stores.leases import abandon
+from langgraph_resilience.stores.leases import abandon, written
 from langgraph_resilience.stores.postgres import first_line
 
 __all__ = [
@@ -63,9 +63,11 @@ class FencedPostgresSaver(PostgresSaver):
         """`PostgresSaver.put`, after `check_fence`."""
         check_fence(config)
         try:
-            return super().put(config, *args, **kwargs)
+            saved = super().put(config, *args, **kwargs)
         except psycopg.OperationalError as exc:
             raise _write_failed(config, exc) from exc
+        written(thread_of(config))
+        return saved
 
     def put_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
         """`PostgresSaver.put_writes`, after `check_fence`."""
@@ -84,9 +86,11 @@ class AsyncFencedPostgresSaver(AsyncPostgresSaver):
         """`AsyncPostgresSaver.aput`, after `acheck_fence`."""
         await acheck_fence(config)
         try:
-            return await super().aput(config, *args, **kwargs)
+            saved = await super().aput(config, *args, **kwargs)
         except psycopg.OperationalError as exc:
             raise _write_failed(config, exc) from exc
+        written(thread_of(config))
+        return saved
 
     async def aput_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
         """`AsyncPostgresSaver.aput_writes`, after `acheck_fence`."""

@@ -68,13 +68,35 @@ def _live(holder: str, thread_id: str | None) -> None:
             _LIVE[holder] = thread_id
 
 
+_FAILED_WRITES: set[str] = set()
+"""Threads whose last checkpoint write in this process failed (`abandon`), until one
+succeeds (`written`): the run that wrote it is over, whatever it still does."""
+
+
 def abandon(thread_id: str) -> None:
     """This process's runs on `thread_id` are over though their leases may still stand
     (a checkpoint write failed with the database gone, so no release can reach it):
-    the next runner of this process takes the thread over at once."""
+    the next runner of this process takes the thread over at once. That includes a
+    lease the failed run takes after the write failed (LangGraph surfaces the failure
+    once the step running beside the write ends): see `failed_write`."""
     with _LIVE_GUARD:
+        _FAILED_WRITES.add(thread_id)
         for holder in [h for h, t in _LIVE.items() if t == thread_id]:
             del _LIVE[holder]
+
+
+def written(thread_id: str) -> None:
+    """A checkpoint of `thread_id` was written: a run on it is going again."""
+    if thread_id in _FAILED_WRITES:
+        with _LIVE_GUARD:
+            _FAILED_WRITES.discard(thread_id)
+
+
+def failed_write(thread_id: str) -> bool:
+    """Whether the last checkpoint write of `thread_id` in this process failed: a run
+    lease taken now belongs to a run that is over (or to a new one that has not written
+    yet, which loses nothing by it: the database still fences by token)."""
+    return thread_id in _FAILED_WRITES
 
 
 class LeaseRunner(Protocol):
