@@ -22,8 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from langchain_core.callbacks import dispatch_custom_event
-from langchain_core.runnables.config import var_child_runnable_config
-from langgraph.config import get_stream_writer
+from langgraph.config import get_config, get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
 
@@ -100,9 +99,11 @@ def _writer() -> Any:
 def _traced() -> bool:
     """Whether the run this code runs in has callback handlers (LangSmith's tracer, a
     user's handler): then each event is also a custom event of that run, which LangSmith
-    shows in its trace. A run without any costs one context-variable read."""
-    config = var_child_runnable_config.get()
-    callbacks = config.get("callbacks") if config else None
+    shows in its trace. A run without any costs one config read."""
+    try:
+        callbacks = get_config().get("callbacks")
+    except RuntimeError:  # outside a runnable: no run to trace into
+        return False
     return bool(getattr(callbacks, "handlers", callbacks))
 
 
