@@ -70,13 +70,10 @@ from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.stores.breakers import (
-    CircuitBreaker,
-    InMemoryBreakerStore,
-    PostgresBreakerStore,
-)
+from langgraph_resilience.stores.breakers import CircuitBreaker, InMemoryBreakerStore
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.postgres_breakers import PostgresBreakerStore
 from langgraph_resilience.testing import FakeClock
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -80,13 +80,13 @@ from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
 from langgraph_resilience.core.effects import IdempotencyRecord
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.graph import call_effect
-from langgraph_resilience.stores.breakers import (
-    AsyncPostgresBreakerStore,
-    InMemoryBreakerStore,
-    PostgresBreakerStore,
-)
+from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.postgres_breakers import (
+    AsyncPostgresBreakerStore,
+    PostgresBreakerStore,
+)
 from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,

@@ -28,9 +28,7 @@ if TYPE_CHECKING:
         idempotency_key,
     )
     from langgraph_resilience.stores.breakers import (
-        AsyncPostgresBreakerStore,
         InMemoryBreakerStore,
-        PostgresBreakerStore,
     )
     from langgraph_resilience.stores.budgets import (
         InMemoryRetryBudgetStore,
@@ -45,6 +43,10 @@ if TYPE_CHECKING:
     )
     from langgraph_resilience.stores.persistence import (
         Persistence,
+    )
+    from langgraph_resilience.stores.postgres_breakers import (
+        AsyncPostgresBreakerStore,
+        PostgresBreakerStore,
     )
     from langgraph_resilience.stores.postgres_ledger import (
         AsyncPostgresIdempotencyStore,
@@ -83,15 +85,15 @@ _HOMES: dict[str, str] = {
     "IdempotencyStore": "langgraph_resilience.core.effects",
     "SagaLog": "langgraph_resilience.core.effects",
     "idempotency_key": "langgraph_resilience.core.effects",
-    "AsyncPostgresBreakerStore": "langgraph_resilience.stores.breakers",
     "InMemoryBreakerStore": "langgraph_resilience.stores.breakers",
-    "PostgresBreakerStore": "langgraph_resilience.stores.breakers",
     "InMemoryRetryBudgetStore": "langgraph_resilience.stores.budgets",
     "PostgresRetryBudgetStore": "langgraph_resilience.stores.budgets",
     "athread_lock": "langgraph_resilience.stores.locks",
     "thread_lock": "langgraph_resilience.stores.locks",
     "InMemoryIdempotencyStore": "langgraph_resilience.stores.memory",
     "Persistence": "langgraph_resilience.stores.persistence",
+    "AsyncPostgresBreakerStore": "langgraph_resilience.stores.postgres_breakers",
+    "PostgresBreakerStore": "langgraph_resilience.stores.postgres_breakers",
     "AsyncPostgresIdempotencyStore": "langgraph_resilience.stores.postgres_ledger",
     "AsyncPostgresSagaLog": "langgraph_resilience.stores.postgres_ledger",
     "PostgresIdempotencyStore": "langgraph_resilience.stores.postgres_ledger",

@@ -87,7 +87,6 @@ from langgraph_resilience.core.lease import DEFAULT_LEASE_TTL
 from langgraph_resilience.core.lease import lease_ttl as lease_ttl_seconds
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import PersistenceError, SetupTimeoutError, ThreadBusyError
-from langgraph_resilience.stores.breakers import AsyncPostgresBreakerStore, PostgresBreakerStore
 from langgraph_resilience.stores.effect_ledger import attach_ledger
 from langgraph_resilience.stores.fencing import AsyncFencedPostgresSaver, FencedPostgresSaver
 from langgraph_resilience.stores.leases import Lease, acquire
@@ -98,6 +97,10 @@ from langgraph_resilience.stores.postgres import (
     Postgres,
     connect_error,
     first_line,
+)
+from langgraph_resilience.stores.postgres_breakers import (
+    AsyncPostgresBreakerStore,
+    PostgresBreakerStore,
 )
 from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,

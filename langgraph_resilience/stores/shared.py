@@ -29,8 +29,11 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.flow import adrive, drive
-from langgraph_resilience.stores.breakers import AsyncPostgresBreakerStore, PostgresBreakerStore
 from langgraph_resilience.stores.persistence import PostgresOptions, postgres_opening
+from langgraph_resilience.stores.postgres_breakers import (
+    AsyncPostgresBreakerStore,
+    PostgresBreakerStore,
+)
 
 __all__ = ["SharedStores", "ashared_postgres", "shared_postgres"]
 

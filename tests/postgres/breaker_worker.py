@@ -15,8 +15,8 @@ from psycopg_pool import ConnectionPool
 
 from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.stores.breakers import PostgresBreakerStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.postgres_breakers import PostgresBreakerStore
 
 
 def hammer(

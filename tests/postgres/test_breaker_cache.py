@@ -13,12 +13,12 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.stores.breakers import (
+from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.postgres_breakers import (
     BREAKER_CACHE_TTL,
     AsyncPostgresBreakerStore,
     PostgresBreakerStore,
 )
-from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.testing import FakeClock
 
 pytestmark = pytest.mark.postgres

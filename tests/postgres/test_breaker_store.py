@@ -17,13 +17,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerState, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget, RetryBudgetState
 from langgraph_resilience.errors import CircuitOpenError, ConfigurationError, FailureClass
-from langgraph_resilience.stores.breakers import (
-    AsyncPostgresBreakerStore,
-    CircuitBreaker,
-    PostgresBreakerStore,
-)
+from langgraph_resilience.stores.breakers import CircuitBreaker
 from langgraph_resilience.stores.budgets import PostgresRetryBudgetStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
+from langgraph_resilience.stores.postgres_breakers import (
+    AsyncPostgresBreakerStore,
+    PostgresBreakerStore,
+)
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from tests.postgres.breaker_worker import hammer
 

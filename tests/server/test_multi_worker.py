@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from langgraph_sdk.client import SyncLangGraphClient
 
-from langgraph_resilience.stores.breakers import PostgresBreakerStore
+from langgraph_resilience.stores.postgres_breakers import PostgresBreakerStore
 from tests.server.conftest import effects, new_order, run_finished, start_run
 from tests.server.pg_runtime import Cluster, cluster_fixture  # noqa: F401  (`cluster`)
 
