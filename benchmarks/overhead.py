@@ -104,6 +104,7 @@ from langgraph_resilience.graph import tools as tools_module
 from langgraph_resilience.graph.pending import route_entry
 from langgraph_resilience.graph.state import empty_ledger, merge_ledger
 from langgraph_resilience.graph.tool_batch import plan_batch, step_input
+from langgraph_resilience.graph.tool_call import CallInterceptor
 from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.graph.tools import GuardedToolNode
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
@@ -916,7 +917,7 @@ def attribute(a: pstats.Stats, b: pstats.Stats, turns: int) -> list[dict[str, An
         ("  of which emit (events)", _cum(a, key=_code_key(emit))),
         (
             "interception per tool call (_intercept - _execute_tool_sync)",
-            _cum(a, key=_code_key(GuardedToolNode._intercept))
+            _cum(a, key=_code_key(CallInterceptor._intercept))
             - _cum(a, file="langgraph/prebuilt/tool_node.py", name="_execute_tool_sync"),
         ),
         (

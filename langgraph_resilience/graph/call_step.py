@@ -21,9 +21,9 @@ from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
-from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run, holding_if
+from langgraph_resilience.graph.run_lease import RUN_LEASES
 from langgraph_resilience.graph.step_retry import retried_in_step
-from langgraph_resilience.graph.step_scope import in_step
+from langgraph_resilience.graph.step_scope import in_step, step_ledger
 from langgraph_resilience.graph.tool_batch import Batch, plan_batch
 from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.graph.tools import GuardedToolNode
@@ -73,14 +73,8 @@ def _once(
     output: Any = {}
     if batch.runnable:
         routed = _routed(node, request, batch)
-        ledgers = node.ledgers
-        config = request.runtime.config
-        ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
-        fence = None
-        if ledger is not None:  # side effects: this run's lease of its thread
-            leases, run = RUN_LEASES, current_run()
-            fence = yield Call(leases.take, leases.atake, (ledger, run, config))
-        with in_step(batch, ledger), holding_if(fence):
+        ledger, fence = yield from step_ledger(node.ledgers, request.runtime.config)
+        with in_step(batch, ledger, fence):
             answer = yield Call(
                 functools.partial(node.wrap_tool_call, routed, _raising(execute)),
                 functools.partial(node.awrap_tool_call, routed, _araising(execute)),

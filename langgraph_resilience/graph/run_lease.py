@@ -48,12 +48,12 @@ from langgraph_resilience.core.flow import adrive, drive
 from langgraph_resilience.core.lease import DEFAULT_LEASE_TTL, renew_interval
 from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
 from langgraph_resilience.stores.effect_ledger import EffectLedger
-from langgraph_resilience.stores.held import Fence, current_fence, holding
+from langgraph_resilience.stores.held import Fence, current_fence
 
 if TYPE_CHECKING:
     from langgraph_resilience.stores.leases import Lease, LeaseRunner
 
-__all__ = ["RUN_LEASES", "RunLeases", "current_run", "holding_if"]
+__all__ = ["RUN_LEASES", "RunLeases", "current_run"]
 
 _REAL = SystemClock()
 
@@ -253,11 +253,6 @@ class RunLeases:
 
 RUN_LEASES = RunLeases()
 """Every run's leases: a run is its writer, so one table serves every graph."""
-
-
-def holding_if(fence: Fence | None) -> contextlib.AbstractContextManager[None]:
-    """While the block runs, the ledger's writes carry `fence` (none: nothing held)."""
-    return contextlib.nullcontext() if fence is None else holding(fence)
 
 
 def _key(config: RunnableConfig) -> str | None:

@@ -3,22 +3,28 @@
 `GuardedToolNode` intercepts each call through ToolNode's ``wrap_tool_call`` hook,
 which hands it only the call's request; the step's batch (slots, spent attempts,
 approvals), its ledger and the tools found gone reach the interception here. `in_step`
-sets it for the node's own step and for `call_step`'s step of one call.
+sets it for the node's own step and for `call_step`'s step of one call, after
+`step_ledger` found the run's ledger and took the run's lease of its thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from langgraph_resilience.core.flow import Call, Flow
+from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run
 from langgraph_resilience.graph.tool_batch import Batch
-from langgraph_resilience.stores.effect_ledger import EffectLedger
+from langgraph_resilience.stores.effect_ledger import EffectLedger, LedgerResolver
+from langgraph_resilience.stores.held import Fence, holding
 
-__all__ = ["STEP", "StepScope", "in_step", "keep"]
+__all__ = ["STEP", "StepScope", "in_step", "keep", "step_ledger"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,24 +49,40 @@ STEP: contextvars.ContextVar[StepScope | None] = contextvars.ContextVar(
 """The step the running call belongs to (None: outside a tools step)."""
 
 
+def step_ledger(
+    ledgers: LedgerResolver, config: RunnableConfig
+) -> Flow[tuple[EffectLedger | None, Fence | None]]:
+    """The run's side-effect ledger and, when there is one, the run's lease of its
+    thread (`graph.run_lease`), whose fence every ledger write of the step carries."""
+    ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
+    if ledger is None:
+        return None, None
+    leases, run = RUN_LEASES, current_run()
+    return ledger, (yield Call(leases.take, leases.atake, (ledger, run, config)))
+
+
 class in_step:  # noqa: N801 - a context manager, used like a function
     """Run calls as part of `step`, as the node's own step does (what `call_step` does
-    for a step of one call); put the previous step back after (set, not reset: a
-    BaseException may unwind in another context)."""
+    for a step of one call), the ledger's writes carrying `fence`; put the previous
+    step back after (set, not reset: a BaseException may unwind in another context)."""
 
     def __init__(
         self,
         batch: Batch,
         ledger: EffectLedger | None,
+        fence: Fence | None = None,
         kept: dict[str, tuple[ToolCallRequest, Callable[..., Any]]] | None = None,
     ) -> None:
         self.step, self.previous = StepScope(batch, ledger, kept=kept), STEP.get()
+        self.held = contextlib.nullcontext() if fence is None else holding(fence)
 
     def __enter__(self) -> None:
+        self.held.__enter__()
         STEP.set(self.step)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         STEP.set(self.previous)
+        self.held.__exit__(*exc)
 
 
 def keep(request: ToolCallRequest, execute: Callable[..., Any]) -> None:

@@ -3,29 +3,23 @@
 `GuardedToolNode` composes a real `ToolNode` (so tool-argument injection,
 `InjectedState`, `ToolRuntime`, `Command` returns and parallel calls behave
 exactly as in LangGraph) and intercepts each call through ToolNode's public
-``wrap_tool_call`` hook: breaker admission, bulkhead, timeout, lossless coercion,
-the exactly-once flow of a side effect (`graph.exactly_once`), the output contract,
-and one classification of a failure, which then travels with the call. Which calls
-run is `graph.tool_batch`'s choice; what becomes of them, `graph.tool_step`'s. The
-interception is one `core.flow` flow, driven sync by ``wrap_tool_call`` and async by
-``awrap_tool_call``; so is the step (``_step``: a short backoff is retried inside it,
-`graph.step_retry`), driven by ``run`` and ``arun``.
+``wrap_tool_call`` hook (`graph.tool_call`: breakers, timeout, exactly-once, one
+classification). Which calls run is `graph.tool_batch`'s choice; what becomes of
+them, `graph.tool_step`'s. The step is one `core.flow` flow (``_step``: a short
+backoff is retried inside it, `graph.step_retry`), driven by ``run`` and ``arun``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from langchain_core.messages import ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
+from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
@@ -37,64 +31,25 @@ from langgraph_resilience.core.compensation import (
     acompensate_thread,
     compensate_thread,
 )
-from langgraph_resilience.core.effects import (
-    IdempotencyStore,
-    SagaLog,
-)
+from langgraph_resilience.core.effects import IdempotencyStore, SagaLog
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
-from langgraph_resilience.core.partial import as_partial_result
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
-from langgraph_resilience.core.validation import Coercion, check_output, coerce_args
-from langgraph_resilience.errors import (
-    ConfigurationError,
-    FailureClass,
-    LedgerUnavailableError,
-    OutputValidationError,
-    StepNotSavedError,
-    ThreadLockLostError,
-    ToolGoneError,
-)
-from langgraph_resilience.events import Event, emit, observed_attempt
-from langgraph_resilience.graph.answers import (
-    BreakerReport,
-    Raised,
-    classified,
-    error_message,
-    tool_error_of,
-    with_coercions,
-)
-from langgraph_resilience.graph.bulkhead import BulkheadFullError
-from langgraph_resilience.graph.call_effect import (
-    EffectReading,
-    ascoped,
-    effect_of,
-    messages_of,
-    scoped,
-)
+from langgraph_resilience.errors import ConfigurationError
+from langgraph_resilience.graph.answers import error_message, tool_error_of
 from langgraph_resilience.graph.exactly_once import (
-    Effect,
-    EffectNotDone,
     OutcomeUnknownError,
-    Run,
-    calling,
     current_idempotency_key,
     current_item_keys,
-    exactly_once,
 )
-from langgraph_resilience.graph.mcp import (
-    ToldOnce,
-    already_told,
-    is_error_of,
-    servers_of,
-    skipped_message,
-)
+from langgraph_resilience.graph.mcp import servers_of
 from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run, holding_if
+from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run
 from langgraph_resilience.graph.step_retry import retried_in_step
-from langgraph_resilience.graph.step_scope import STEP, StepScope, in_step, keep
+from langgraph_resilience.graph.step_scope import in_step, step_ledger
 from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
-from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
+from langgraph_resilience.graph.tool_call import Answer, CallInterceptor
+from langgraph_resilience.graph.tool_guards import ToolGuards
 from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 from langgraph_resilience.stores.effect_ledger import LedgerResolver
@@ -109,21 +64,9 @@ __all__ = [
     "tool_error_of",
 ]
 
-Answer = ToolMessage | Command[Any]
 
 DEFAULT_BREAKER = BreakerConfig()
 """The breaker every tool gets unless told otherwise (`add_resilience`'s default too)."""
-
-_NOT_THE_TOOLS = (
-    ConfigurationError,
-    LedgerUnavailableError,
-    StepNotSavedError,
-    ThreadLockLostError,
-)
-"""Our own misconfiguration, ledger or lock: never the tool's failure, always raised."""
-
-_NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, EffectNotDone)
-"""Refusals raised before the tool ran: they spend no attempt."""
 
 
 class GuardedToolNode(ResilienceNode):
@@ -192,21 +135,21 @@ class GuardedToolNode(ResilienceNode):
             wrap_tool_call=self.wrap_tool_call,
             awrap_tool_call=self.awrap_tool_call,
         )
-        self._schemas = {name: t.tool_call_schema for name, t in self.tools_by_name.items()}
         self.guards.servers.update(servers_of(self.tools_by_name.values(), self.profiles))
-        self._told = ToldOnce()
-        self._unkeyed: set[str] = set()
-        """Tools warned of asking for an idempotency key with no side-effect profile."""
         _check_batch_args(self.profiles, self.tools_by_name)
         self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
         """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
-        self._reading = EffectReading(
-            is_read=self._is_read,
+        self.calls = CallInterceptor(
+            tools=self.tools_by_name,
+            profiles=self.profiles,
+            guards=self.guards,
             policy=self.policy,
-            rng=self.settings.rng,
             rules=self.rules,
-            messages_key=self.messages_key,
+            clock=self.clock,
+            rng=self.settings.rng,
+            messages_key=messages_key,
         )
+        """Each call's interception (`graph.tool_call`)."""
 
     def _settings(
         self, rng: random.Random | None, can_repair: bool, can_replan: bool, can_escalate: bool
@@ -239,7 +182,7 @@ class GuardedToolNode(ResilienceNode):
         for tool in tools:
             if tool.name not in self.tools_by_name:
                 self.tools_by_name[tool.name] = tool
-                self._schemas[tool.name] = tool.tool_call_schema
+                self.calls.learn(tool)
         self.guards.servers.update(servers_of(tools, {}))
 
     def breaker_states(self) -> dict[str, str]:
@@ -251,198 +194,6 @@ class GuardedToolNode(ResilienceNode):
         down: ``{"weather": ["forecast", "lookup"]}``."""
         return self.guards.servers_down()
 
-    # ------------------------------------------------------------ one call
-
-    def _coerced(self, call: ToolCall) -> Coercion | None:
-        """Lossless fixes for arguments the tool rejected, or None if there are none.
-        Only runs after a rejection, so clean calls pay nothing for it."""
-        if call["name"] not in self.tools_by_name:
-            return None
-        fixed = coerce_args(call["args"], self._schemas.get(call["name"]))
-        if not fixed.changes:
-            return None
-        emit(Event("coercion", tool=call["name"], call_id=call["id"], changes=fixed.changes))
-        return fixed
-
-    def _classify(self, call: ToolCall, exc: BaseException) -> Any:
-        profile = self.profiles.get(call["name"])
-        return classified(
-            exc,
-            tool=call["name"],
-            profile=profile,
-            rules=self.rules,
-            call_id=call["id"],
-            now=self.clock.time(),
-        )
-
-    def _attempt(
-        self, call: ToolCall, request: ToolCallRequest, run: Callable[..., Call]
-    ) -> Flow[Answer]:
-        """One execution of the tool, and once more with lossless fixes if its arguments
-        were rejected before it ran."""
-        try:
-            return cast("Answer", (yield run(request)))
-        except ToolInvocationError:
-            fixed = self._coerced(call)
-            if fixed is None:
-                raise
-            result = yield run(request.override(tool_call={**call, "args": fixed.args}))
-            return with_coercions(result, fixed)
-
-    def _intercept(
-        self,
-        request: ToolCallRequest,
-        run: Callable[[ToolCallRequest], Call],
-        effect_run: Callable[[Effect], Callable[[ToolCallRequest], Call]],
-    ) -> Flow[Answer]:
-        """One call: breaker admission, then the tool (through the exactly-once flow for a
-        side effect), the output contract, and the outcome reported to the breaker."""
-        call = request.tool_call
-        step = STEP.get()
-        if step is not None and call["name"] in step.gone:
-            return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
-        ticket = yield from self.guards.admit(call["name"])
-        if isinstance(ticket, float):
-            return self._refused(request, ticket, step)
-        admitted = ticket
-        profile = self.profiles.get(call["name"])
-        effect = None
-        try:
-            if step is not None and profile is not None and profile.side_effect:
-                grace = self.guards.timeout_for(call["name"]) or 0.0
-                effect = effect_of(call, request, step, profile, self._reading, grace=grace)
-            if effect is None:
-                result = yield from self._attempt(call, request, run)
-            else:
-                result = yield from exactly_once(
-                    call, effect, self._effect_run(call, request, effect, effect_run)
-                )
-            result = _checked(self.profiles, self.guards.servers, call, result)
-        except (GraphBubbleUp, *_NOT_THE_TOOLS, *_NOT_EXECUTED) as exc:
-            if admitted is not None:
-                yield self.guards.release(admitted)
-            if isinstance(exc, _NOT_EXECUTED):
-                return self._raised(call, exc, executed=False, effect=effect)
-            raise
-        except Exception as exc:
-            if is_invalid_resume(exc):
-                raise
-            return (yield from self._failed(call, exc, admitted, effect, step))
-        if admitted is not None:
-            yield self.guards.succeeded(admitted)
-        return result
-
-    def _refused(
-        self, request: ToolCallRequest, retry_after: float, step: StepScope | None
-    ) -> Answer:
-        """A call its breaker refused. A tool of a down MCP server that the task can do
-        without is skipped; the first refusal of a task names the server's tools, the
-        later ones do not repeat them (the agent is told once). A refusal a fallback
-        will answer names them without counting as told: the agent may never see it."""
-        call = request.tool_call
-        server = self.guards.servers.get(call["name"])
-        profile = self.profiles.get(call["name"])
-        rerouted = profile is not None and bool(profile.fallbacks)
-        message = step.batch.ai.id if step is not None else None
-        told = already_told(
-            server,
-            rerouted=rerouted,
-            messages=messages_of(request, self.messages_key),
-            message_id=message,
-            once=self._told,
-        )
-        if server is not None and profile is not None and not profile.critical and not rerouted:
-            tools = [] if told else self.guards.server_tools(server)
-            return skipped_message(call, server, tools)
-        refused = self.guards.refusal(call["name"], retry_after, told=told)
-        return self._raised(call, refused, executed=False)
-
-    def _effect_run(
-        self,
-        call: ToolCall,
-        request: ToolCallRequest,
-        effect: Effect,
-        effect_run: Callable[[Effect], Callable[[ToolCallRequest], Call]],
-    ) -> Run:
-        """What the exactly-once flow runs: this call's attempt under a given key (its
-        own, or an earlier identical call's), judged by this node."""
-
-        def tool(key: str) -> Flow[Answer]:
-            under = effect if key == effect.key else dataclasses.replace(effect, key=key)
-            answer = yield from self._attempt(call, request, effect_run(under))
-            server = self.guards.servers.get(call["name"])
-            if isinstance(answer, ToolMessage) and answer.status == "error" and server:
-                raise is_error_of(answer, server)  # the service's answer: settled below
-            return answer
-
-        return Run(
-            tool,
-            functools.partial(self._maybe_executed, call),
-            functools.partial(_broken_contract, self.profiles, self.guards.servers, call),
-        )
-
-    def _is_read(self, tool: str) -> bool:
-        profile = self.profiles.get(tool)
-        return tool in self.tools_by_name and (profile is None or not profile.side_effect)
-
-    def _failed(
-        self,
-        call: ToolCall,
-        exc: Exception,
-        admitted: Admitted | None,
-        effect: Effect | None,
-        step: StepScope | None,
-    ) -> Flow[Answer]:
-        """A failed execution, classified once: a STRUCTURAL answer stops the step's calls
-        to that tool that have not started; a probe reports at once, any other attempt
-        when its call leaves the tool."""
-        outcome = self._classify(call, exc).failure_class
-        if outcome is FailureClass.STRUCTURAL and step is not None:
-            step.gone.add(call["name"])
-        if admitted is None:
-            return self._raised(call, exc, effect=effect)
-        duration = self.clock.monotonic() - admitted.started
-        if admitted.probe:  # a probe decides at once
-            yield self.guards.record(admitted.key, outcome, True, duration)
-            return self._raised(call, exc, effect=effect)
-        report = (
-            BreakerReport(admitted.key, outcome, duration)
-            if outcome in self.guards.counted
-            else None
-        )
-        return self._raised(call, exc, unreported=report, effect=effect)
-
-    def _maybe_executed(self, call: ToolCall, exc: BaseException) -> bool:
-        """A lost response (a read timeout, a connection dropped after the request left,
-        an unrecognised error from inside the tool) may hide a done effect: the intent
-        stays pending. A refusal, or the service's definite answer, releases the key."""
-        envelope = self._classify(call, exc)
-        return envelope.failure_class is FailureClass.UNKNOWN or bool(
-            envelope.context.get("maybe_executed")
-        )
-
-    def _raised(
-        self,
-        call: ToolCall,
-        exc: BaseException,
-        *,
-        executed: bool = True,
-        unreported: BreakerReport | None = None,
-        effect: Effect | None = None,
-    ) -> ToolMessage:
-        raised = Raised(
-            exc, self._classify(call, exc), executed, unreported, effect.key if effect else None
-        )
-        return ToolMessage(
-            content="",
-            name=call["name"],
-            tool_call_id=call["id"] or "",
-            status="error",
-            artifact=raised,
-        )
-
-    # ------------------------------------------------------------ the two drivers
-
     @property
     def ledgers(self) -> LedgerResolver:
         """Chooses the side-effect ledger of a run (from its checkpointer)."""
@@ -451,48 +202,14 @@ class GuardedToolNode(ResilienceNode):
     def wrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Answer]
     ) -> Answer:
-        """Sync interception of one call (ToolNode's ``wrap_tool_call``)."""
-        call = request.tool_call
-        keep(request, execute)
-
-        def run(req: ToolCallRequest) -> Call:
-            return Call(self.guards.timed, None, (call, req, execute, None))
-
-        def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
-            run_scoped = scoped(execute, call, effect)
-            return lambda req: Call(self.guards.timed, None, (call, req, run_scoped, effect))
-
-        with (
-            observed_attempt(call["name"], call["id"] or "") as outcome,
-            calling(call["name"], self._unkeyed),
-        ):
-            answer = drive(self._intercept(request, run, effect_run), self.clock)
-            outcome(answer)
-            return answer
+        """ToolNode's ``wrap_tool_call``: the call's interception (`graph.tool_call`)."""
+        return self.calls.wrap_tool_call(request, execute)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[Answer]]
     ) -> Answer:
-        """Async interception of one call (ToolNode's ``awrap_tool_call``)."""
-        call = request.tool_call
-        keep(request, execute)
-
-        def run(req: ToolCallRequest) -> Call:
-            return Call(self.guards.timed, self.guards.atimed, (call, req, execute, None))
-
-        def effect_run(effect: Effect) -> Callable[[ToolCallRequest], Call]:
-            run_scoped = ascoped(execute, call, effect)
-            return lambda req: Call(
-                self.guards.timed, self.guards.atimed, (call, req, run_scoped, effect)
-            )
-
-        with (
-            observed_attempt(call["name"], call["id"] or "") as outcome,
-            calling(call["name"], self._unkeyed),
-        ):
-            answer = await adrive(self._intercept(request, run, effect_run), self.clock)
-            outcome(answer)
-            return answer
+        """Async `wrap_tool_call`."""
+        return await self.calls.awrap_tool_call(request, execute)
 
     # ------------------------------------------------------------ compensation
 
@@ -543,13 +260,8 @@ class GuardedToolNode(ResilienceNode):
             return None
         output: Any = {}
         if batch.runnable:
-            ledgers = self._ledgers
-            ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
-            fence = None
-            if ledger is not None:  # side effects: this run's lease of its thread
-                leases, run = RUN_LEASES, current_run()
-                fence = yield Call(leases.take, leases.atake, (ledger, run, config))
-            with in_step(batch, ledger, kept), holding_if(fence):
+            ledger, fence = yield from step_ledger(self._ledgers, config)
+            with in_step(batch, ledger, fence, kept):
                 output = yield from self._execute(state, config, batch, kept)
         update, reports = finish_step(self.settings, state, batch, output)
         yield from self.guards.reports(reports)
@@ -611,29 +323,3 @@ def _check_batch_args(profiles: Mapping[str, ToolProfile], tools: Mapping[str, B
                 f"ToolProfile.batch_arg {profile.batch_arg!r} is not an argument of "
                 f"{name!r}; its arguments: {sorted(tool.args)}"
             )
-
-
-def _checked(
-    profiles: Mapping[str, ToolProfile], servers: Mapping[str, str], call: ToolCall, result: Any
-) -> Answer:
-    """Apply the tool's output contract to a result that looks successful; an MCP
-    tool's error result (``isError``, flattened by the adapters) is its failure."""
-    server = servers.get(call["name"])
-    if isinstance(result, ToolMessage) and result.status == "error" and server:
-        raise is_error_of(result, server)
-    if isinstance(result, ToolMessage) and result.status != "error":
-        profile = profiles.get(call["name"])
-        if profile is not None and profile.batch_arg and as_partial_result(result.content):
-            return result  # a partial batch is judged item by item, not by the contract
-        check_output(result.content, profile)
-    return cast("Answer", result)
-
-
-def _broken_contract(
-    profiles: Mapping[str, ToolProfile], servers: Mapping[str, str], call: ToolCall, result: Answer
-) -> OutputValidationError | None:
-    try:
-        _checked(profiles, servers, call, result)
-    except OutputValidationError as exc:
-        return exc
-    return None
