@@ -19,12 +19,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.callbacks import dispatch_custom_event
 from langgraph.config import get_config, get_stream_writer
 
 from langgraph_resilience.core.redaction import REDACTED, is_secret_key, redact, redact_value
+
+if TYPE_CHECKING:
+    from langgraph_resilience.errors import ToolError
 
 __all__ = ["EVENT_KEY", "Event", "Observer", "observe", "unobserve"]
 
@@ -119,12 +122,13 @@ class Observer(Protocol):
         ...
 
     def attempt(self, tool: str, call_id: str) -> contextlib.AbstractContextManager[Outcome]:
-        """A block around one attempt; what it yields is told the attempt's answer."""
+        """A block around one attempt; what it yields is told how the attempt ended."""
         ...
 
 
-Outcome = Callable[[Any], None]
-"""Told the answer an attempt ended with (a `ToolMessage` or a `Command`)."""
+Outcome = Callable[["ToolError | None"], None]
+"""Told how an attempt ended: None when the tool answered (a result or a `Command`),
+else its failure as classified where it was caught."""
 
 _OBSERVERS: list[Observer] = []
 """Process-wide, as OpenTelemetry's providers are: `observe` adds, `unobserve` removes."""

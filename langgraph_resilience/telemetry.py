@@ -43,14 +43,12 @@ import hashlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from langchain_core.messages import ToolMessage
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Outcome, observe, unobserve
-from langgraph_resilience.graph.answers import Raised, tool_error_of
 
 __all__ = ["COUNTERS", "Telemetry", "instrument", "uninstrument"]
 
@@ -104,8 +102,7 @@ class Telemetry:
             "resilience.attempt", kind=trace.SpanKind.INTERNAL, attributes=attributes
         ) as span:
 
-            def outcome(answer: Any) -> None:
-                error = _error_of(answer)
+            def outcome(error: ToolError | None) -> None:
                 result = "ok" if error is None else error.failure_class.value
                 self.counters["resilience.tool.attempts"].add(
                     1, {"gen_ai.tool.name": tool, "resilience.outcome": result}
@@ -151,16 +148,6 @@ def _points(kind: str, fields: Mapping[str, Any]) -> list[tuple[str, dict[str, s
     if kind in _LLM_CALLS:
         return [("resilience.recovery.llm_calls", {"resilience.purpose": _LLM_CALLS[kind]})]
     return []
-
-
-def _error_of(answer: Any) -> ToolError | None:
-    """The failure an attempt's answer carries: the classification made where it was
-    caught (`Raised`), or the envelope of an error answer; None for a success."""
-    if not isinstance(answer, ToolMessage):
-        return None  # a Command: the tool steered the graph, it did not fail
-    if isinstance(answer.artifact, Raised):
-        return answer.artifact.envelope
-    return tool_error_of(answer)
 
 
 def _attributes(fields: Mapping[str, Any]) -> dict[str, Any]:

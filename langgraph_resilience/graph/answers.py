@@ -3,7 +3,9 @@
 The model reads every failure as a `ToolMessage(status="error")` whose content is
 the `ToolError` envelope (`error_message`); a call that recovered carries its trail
 in ``response_metadata["resilience"]``. A failure is classified once, where it is
-caught (`classified`), and the verdict travels with the exception.
+caught (`classified`: the verdict is kept on the exception, as the one memo an
+exception, which cannot be weakly referenced, allows), and travels to the step as
+`Raised`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.loops import LoopKind
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.redaction import mask_args, redact
-from langgraph_resilience.core.validation import Coercion, parsed_content
+from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
 from langgraph_resilience.graph.state import CallRecord
 
@@ -37,7 +39,6 @@ __all__ = [
     "loop_error",
     "split_output",
     "tool_error_of",
-    "with_coercions",
     "with_done_items",
     "with_trail",
 ]
@@ -77,7 +78,8 @@ class BreakerReport:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Raised:
-    """Carries a tool's exception out of ToolNode's wrapper to the step, never further."""
+    """A tool's exception, carried from the interception to the step's settling (in the
+    step's `CallOutcome`), never further."""
 
     error: BaseException
     envelope: ToolError
@@ -112,19 +114,6 @@ def tool_error_of(message: ToolMessage) -> ToolError | None:
     if message.status == "error" and isinstance(artifact, dict) and "tool_error" in artifact:
         return ToolError.model_validate(artifact["tool_error"])
     return None
-
-
-def with_coercions(
-    result: ToolMessage | Command[Any], fixed: Coercion
-) -> ToolMessage | Command[Any]:
-    """Mark a result obtained after coercing the arguments, so the step records it."""
-    if not isinstance(result, ToolMessage):
-        return result
-    metadata = {
-        **result.response_metadata,
-        "resilience_coercion": {"args": fixed.args, "changes": list(fixed.changes)},
-    }
-    return result.model_copy(update={"response_metadata": metadata})
 
 
 def with_done_items(

@@ -217,11 +217,11 @@ def _item_keys(call: ToolCall, effect: Effect) -> tuple[str, ...] | None:
 
 def scoped(execute: Callable[..., Any], call: ToolCall, effect: Effect) -> Callable[..., Any]:
     """`execute` with the effect's keys in context (`current_idempotency_key`)."""
-    items = _item_keys(call, effect)
+    items, step = _item_keys(call, effect), STEP.get()
 
     def run(request: ToolCallRequest) -> Any:
         with effect_context(effect.key, items), executing(effect.key):
-            return _note_item_keys(execute(request), items)
+            return _note_item_keys(execute(request), call, items, step)
 
     return run
 
@@ -230,17 +230,19 @@ def ascoped(
     execute: Callable[..., Awaitable[Any]], call: ToolCall, effect: Effect
 ) -> Callable[..., Awaitable[Any]]:
     """Async `scoped`."""
-    items = _item_keys(call, effect)
+    items, step = _item_keys(call, effect), STEP.get()
 
     async def run(request: ToolCallRequest) -> Any:
         with effect_context(effect.key, items), executing(effect.key):
-            return _note_item_keys(await execute(request), items)
+            return _note_item_keys(await execute(request), call, items, step)
 
     return run
 
 
-def _note_item_keys(result: Any, item_keys: tuple[str, ...] | None) -> Any:
-    """Hand a batch call's item keys to the step (which pops them) for a redo."""
-    if item_keys is not None and isinstance(result, ToolMessage):
-        result.response_metadata["resilience_item_keys"] = list(item_keys)
+def _note_item_keys(
+    result: Any, call: ToolCall, item_keys: tuple[str, ...] | None, step: StepScope | None
+) -> Any:
+    """Hand a batch call's item keys to the step (`CallOutcome`) for a redo."""
+    if item_keys is not None and step is not None and isinstance(result, ToolMessage):
+        step.outcome(call["id"]).item_keys = item_keys
     return result

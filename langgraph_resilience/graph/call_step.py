@@ -71,16 +71,17 @@ def _once(
     if batch is None:
         return None
     output: Any = {}
+    outcomes = None
     if batch.runnable:
         routed = _routed(node, request, batch)
         ledger, fence = yield from step_ledger(node.ledgers, request.runtime.config)
-        with in_step(batch, ledger, fence):
+        with in_step(batch, ledger, fence) as scope:
             answer = yield Call(
                 functools.partial(node.wrap_tool_call, routed, _raising(execute)),
                 functools.partial(node.awrap_tool_call, routed, _araising(execute)),
             )
-        output = _as_output(node, answer)
-    update, reports = finish_step(node.settings, state, batch, output)
+        output, outcomes = _as_output(node, answer), scope.outcomes
+    update, reports = finish_step(node.settings, state, batch, output, outcomes)
     yield from node.guards.reports(reports)
     return update
 

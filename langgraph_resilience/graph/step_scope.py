@@ -2,7 +2,10 @@
 
 `GuardedToolNode` intercepts each call through ToolNode's ``wrap_tool_call`` hook,
 which hands it only the call's request; the step's batch (slots, spent attempts,
-approvals), its ledger and the tools found gone reach the interception here. `in_step`
+approvals), its ledger and the tools found gone reach the interception here, and
+what the interception learns of each call beside its answer (`CallOutcome`: the
+classified failure, the coerced arguments, a batch's item keys) goes back to the
+step's settling (`tool_step.finish_step`) here too, by call id. `in_step`
 sets it for the node's own step and for `call_step`'s step of one call, after
 `step_ledger` found the run's ledger and took the run's lease of its thread.
 """
@@ -19,12 +22,26 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 from langgraph_resilience.core.flow import Call, Flow
+from langgraph_resilience.core.validation import Coercion
+from langgraph_resilience.graph.answers import Raised
 from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run
 from langgraph_resilience.graph.tool_batch import Batch
 from langgraph_resilience.stores.effect_ledger import EffectLedger, LedgerResolver
 from langgraph_resilience.stores.held import Fence, holding
 
-__all__ = ["STEP", "StepScope", "in_step", "keep", "step_ledger"]
+__all__ = ["STEP", "CallOutcome", "StepScope", "in_step", "keep", "step_ledger"]
+
+
+@dataclasses.dataclass(slots=True)
+class CallOutcome:
+    """What the interception learned of one call beside the answer ToolNode returns."""
+
+    raised: Raised | None = None
+    """The failure, classified where it was caught (the answer is a placeholder)."""
+    coercion: Coercion | None = None
+    """The lossless fixes its arguments needed before the tool accepted them."""
+    item_keys: tuple[str, ...] | None = None
+    """A side-effecting batch call's per-item keys, kept for a redo of failed items."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -41,6 +58,12 @@ class StepScope:
     """Where the node keeps ToolNode's request and executor of each call it runs (by
     call id), so a retry inside the step runs the call again without a new ToolNode
     run (and its thread pool), as a wrap_tool_call retry does; None: not kept."""
+    outcomes: dict[str, CallOutcome] = dataclasses.field(default_factory=dict)
+    """Each call's `CallOutcome`, by call id, for `tool_step.finish_step`."""
+
+    def outcome(self, call_id: str | None) -> CallOutcome:
+        """The outcome of the call `call_id`, to fill in."""
+        return self.outcomes.setdefault(call_id or "", CallOutcome())
 
 
 STEP: contextvars.ContextVar[StepScope | None] = contextvars.ContextVar(
@@ -76,9 +99,10 @@ class in_step:  # noqa: N801 - a context manager, used like a function
         self.step, self.previous = StepScope(batch, ledger, kept=kept), STEP.get()
         self.held = contextlib.nullcontext() if fence is None else holding(fence)
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> StepScope:
         self.held.__enter__()
         STEP.set(self.step)
+        return self.step
 
     def __exit__(self, *exc: Any) -> None:
         STEP.set(self.previous)

@@ -3,10 +3,11 @@
 `CallInterceptor` stands between ToolNode and a tool, once per call: breaker
 admission, bulkhead and timeout (`graph.tool_guards`), lossless coercion of rejected
 arguments, the exactly-once flow of a side effect (`graph.exactly_once`), the output
-contract, and one classification of a failure, which then travels with the call as
-`answers.Raised`. The interception is one `core.flow` flow, driven sync by
-``wrap_tool_call`` and async by ``awrap_tool_call``. Which calls run is
-`graph.tool_batch`'s choice; what becomes of them, `graph.tool_step`'s.
+contract, and one classification of a failure, which then travels to the step as
+`answers.Raised`, in the step's `step_scope.CallOutcome`. The interception is one
+`core.flow` flow, driven sync by ``wrap_tool_call`` and async by ``awrap_tool_call``.
+Which calls run is `graph.tool_batch`'s choice; what becomes of them,
+`graph.tool_step`'s.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from langgraph_resilience.errors import (
     OutputValidationError,
     StepNotSavedError,
     ThreadLockLostError,
+    ToolError,
     ToolGoneError,
 )
 from langgraph_resilience.events import Event, emit, observed_attempt
@@ -44,7 +46,8 @@ from langgraph_resilience.graph.answers import (
     BreakerReport,
     Raised,
     classified,
-    with_coercions,
+    error_message,
+    tool_error_of,
 )
 from langgraph_resilience.graph.bulkhead import BulkheadFullError
 from langgraph_resilience.graph.call_effect import (
@@ -89,8 +92,8 @@ _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, EffectNotDone)
 
 class CallInterceptor:
     """Runs one tool call between ToolNode and the tool, and answers it: a result, or
-    an error `ToolMessage` whose artifact (`answers.Raised`) carries the classified
-    failure to `tool_step.finish_step`."""
+    a placeholder error `ToolMessage` while the step's `CallOutcome` carries the
+    classified failure (`answers.Raised`) to `tool_step.finish_step`."""
 
     def __init__(
         self,
@@ -154,7 +157,10 @@ class CallInterceptor:
             if fixed is None:
                 raise
             result = yield run(request.override(tool_call={**call, "args": fixed.args}))
-            return with_coercions(result, fixed)
+            step = STEP.get()
+            if step is not None and isinstance(result, ToolMessage):
+                step.outcome(call["id"]).coercion = fixed
+            return cast("Answer", result)
 
     def _intercept(
         self,
@@ -300,12 +306,13 @@ class CallInterceptor:
         raised = Raised(
             exc, self._classify(call, exc), executed, unreported, effect.key if effect else None
         )
+        step = STEP.get()
+        if step is None:  # no step to settle it: the envelope is the answer
+            return error_message(raised.envelope)
+        outcome = step.outcome(call["id"])
+        outcome.raised, outcome.coercion = raised, None  # a failure records no fixes
         return ToolMessage(
-            content="",
-            name=call["name"],
-            tool_call_id=call["id"] or "",
-            status="error",
-            artifact=raised,
+            content="", name=call["name"], tool_call_id=call["id"] or "", status="error"
         )
 
     # ------------------------------------------------------------ the two drivers
@@ -329,7 +336,7 @@ class CallInterceptor:
             calling(call["name"], self._unkeyed),
         ):
             answer = drive(self._intercept(request, run, effect_run), self.clock)
-            outcome(answer)
+            outcome(_failure(call, answer))
             return answer
 
     async def awrap_tool_call(
@@ -353,8 +360,18 @@ class CallInterceptor:
             calling(call["name"], self._unkeyed),
         ):
             answer = await adrive(self._intercept(request, run, effect_run), self.clock)
-            outcome(answer)
+            outcome(_failure(call, answer))
             return answer
+
+
+def _failure(call: ToolCall, answer: Answer) -> ToolError | None:
+    """How an attempt ended, for the observers: None when the tool answered, else its
+    failure, as classified where it was caught."""
+    step = STEP.get()
+    found = step.outcomes.get(call["id"] or "") if step is not None else None
+    if found is not None and found.raised is not None:
+        return found.raised.envelope
+    return tool_error_of(answer) if isinstance(answer, ToolMessage) else None
 
 
 def _checked(

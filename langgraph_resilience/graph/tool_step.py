@@ -44,6 +44,7 @@ from langgraph_resilience.graph.state import (
     read_ledger,
 )
 from langgraph_resilience.graph.status_checks import check_with
+from langgraph_resilience.graph.step_scope import CallOutcome
 from langgraph_resilience.graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
 
 __all__ = ["Step", "finish_step"]
@@ -80,15 +81,21 @@ class Step:
 
 
 def finish_step(
-    cfg: ToolSettings, state: Any, batch: Batch, output: Any
+    cfg: ToolSettings,
+    state: Any,
+    batch: Batch,
+    output: Any,
+    outcomes: Mapping[str, CallOutcome] | None = None,
 ) -> tuple[Any, list[BreakerReport]]:
-    """The node's update for one step (messages and ledger delta), and its breaker reports."""
+    """The node's update for one step (messages and ledger delta), and its breaker
+    reports, from ToolNode's output and what the interception learned of each call."""
     ledger = read_ledger(state)
     results, commands = split_output(output, cfg.messages_key)
+    outcomes = outcomes or {}
     refused = {
         call_id
-        for call_id, m in results.items()
-        if isinstance(m.artifact, Raised) and not m.artifact.executed
+        for call_id, o in outcomes.items()
+        if o.raised is not None and not o.raised.executed and call_id in results
     }
     executed = len(batch.runnable) - len(refused)
     started_at = batch.task.get("started_at")
@@ -99,7 +106,10 @@ def finish_step(
         elapsed=batch.now - (started_at or batch.now),
     )
     for issued in batch.runnable:
-        _settle_call(cfg, step, batch, issued, results.get(issued["id"] or ""), refused=refused)
+        call_id = issued["id"] or ""
+        outcome = outcomes.get(call_id) or CallOutcome()
+        message = results.get(call_id)
+        _settle_call(cfg, step, batch, issued, message, outcome=outcome, refused=refused)
     calls = ledger.get("calls") or {}
     for item in batch.preflight:
         _settle_preflight(cfg, step, item, calls)
@@ -118,6 +128,7 @@ def _settle_call(
     issued: ToolCall,
     message: ToolMessage | None,
     *,
+    outcome: CallOutcome,
     refused: set[str],
 ) -> None:
     """One executed (or refused) call: its new record, then success, failure or partial."""
@@ -125,17 +136,24 @@ def _settle_call(
     slot = batch.slots[call_id]
     previous = (step.ledger.get("calls") or {}).get(slot)
     ran = call_id not in refused
-    fixed = message.response_metadata.pop("resilience_coercion", None) if message else None
-    if previous is None and ran and fixed is None and _clean_first_try(cfg, batch, issued, message):
+    fixed = outcome.coercion if message is not None else None
+    raised = outcome.raised if message is not None else None
+    if (
+        previous is None
+        and ran
+        and fixed is None
+        and raised is None
+        and _clean_first_try(cfg, batch, issued, message)
+    ):
         _settle_clean(cfg, step, batch, issued, message)  # type: ignore[arg-type]
         return
-    call = issued if fixed is None else {**issued, "args": fixed["args"]}
+    call = issued if fixed is None else {**issued, "args": fixed.args}
     record = _record(
         call,
         batch.keys[call_id],
         attempts=(previous["attempts"] if previous else 0) + ran,
         previous=previous,
-        coercions=fixed["changes"] if fixed is not None else None,
+        coercions=list(fixed.changes) if fixed is not None else None,
     )
     if call_id in batch.loop_keys:
         record["loop_key"] = batch.loop_keys[call_id]
@@ -146,8 +164,7 @@ def _settle_call(
         step.count("attempt")
         if tool_attempts(record) == 1:  # a first try of this tool
             cfg.deposit(call["name"], batch.now)
-    raised = message.artifact if message is not None else None
-    if isinstance(raised, Raised):
+    if raised is not None:
         if raised.unreported is not None:
             step.unreported[call_id] = raised.unreported
         if raised.effect_key is not None:
@@ -157,7 +174,7 @@ def _settle_call(
     partial = _partial(cfg, call, message)
     if partial is not None and message is not None:
         _settle_partial(
-            cfg, step, slot, call, record, message=message, partial=partial, now=batch.now
+            cfg, step, slot, call, record, partial=partial, keys=outcome.item_keys, now=batch.now
         )
         return
     attempt = tool_attempts(record)
@@ -166,7 +183,6 @@ def _settle_call(
     step.calls[slot] = record
     _hold(cfg, step, call, batch.keys[call_id], message)
     if message is not None:
-        message.response_metadata.pop("resilience_item_keys", None)
         merged = with_done_items(message, record, cfg.profiles.get(call["name"]))
         step.messages.append(with_trail(merged, record))
 
@@ -178,7 +194,6 @@ def _clean_first_try(
     whose record `is_clean` and the reducer would drop at once."""
     return (
         message is not None
-        and not isinstance(message.artifact, Raised)
         and (call["id"] or "") not in batch.rerouted
         and _partial(cfg, call, message) is None
     )
@@ -195,7 +210,6 @@ def _settle_clean(
         emit(Event("attempt", tool=call["name"], call_id=call["id"] or "", attempt=1, ok=True))
     step.done += 1
     _hold(cfg, step, call, batch.keys[call["id"] or ""], message)
-    message.response_metadata.pop("resilience_item_keys", None)
     step.messages.append(message)
 
 
@@ -314,15 +328,14 @@ def _settle_partial(
     call: ToolCall,
     record: CallRecord,
     *,
-    message: ToolMessage,
     partial: PartialResult,
+    keys: tuple[str, ...] | None,
     now: float,
 ) -> None:
     """Some items of a batch failed: redo only those (PARTIAL), each keeping its
     first key; what succeeded is kept for the call's final answer."""
     batch_arg = cfg.profiles[call["name"]].batch_arg or ""
     items = call["args"].get(batch_arg)
-    keys = message.response_metadata.pop("resilience_item_keys", None)
     try:
         if not isinstance(items, list):
             raise ValueError(f"the batch argument {batch_arg!r} is not a list")

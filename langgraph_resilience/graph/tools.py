@@ -259,11 +259,13 @@ class GuardedToolNode(ResilienceNode):
         if batch is None:
             return None
         output: Any = {}
+        outcomes = None
         if batch.runnable:
             ledger, fence = yield from step_ledger(self._ledgers, config)
-            with in_step(batch, ledger, fence, kept):
+            with in_step(batch, ledger, fence, kept) as scope:
                 output = yield from self._execute(state, config, batch, kept)
-        update, reports = finish_step(self.settings, state, batch, output)
+            outcomes = scope.outcomes
+        update, reports = finish_step(self.settings, state, batch, output, outcomes)
         yield from self.guards.reports(reports)
         return update
 
