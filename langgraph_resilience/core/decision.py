@@ -26,7 +26,6 @@ from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolErro
 __all__ = [
     "DEFAULT_FALLBACK_ON",
     "Decision",
-    "ModelStep",
     "Paths",
     "decide",
     "decide_model",
@@ -37,7 +36,7 @@ __all__ = [
     "unrecovered",
 ]
 
-Route = Literal["retry", "repair", "fallback", "replan", "escalate", "skip", "agent"]
+Route = Literal["retry", "repair", "fallback", "replan", "escalate", "skip", "agent", "raise"]
 
 WaitRefused = Literal["max_attempts", "deadline", "retry_after", "retry_after_too_long"]
 """Why a retriable failure is not retried."""
@@ -117,8 +116,9 @@ def retry_in_step(wait: float, policy: ResiliencePolicy) -> bool:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Decision:
     """What to do with one failed call: retry after `delay`, repair it, hand it to the
-    fallback tool `to`, to the planner or a human, answer it as skipped (its MCP server,
-    `to`, is unreachable), or hand the envelope back to the agent."""
+    fallback tool `to` (for a model: the next model of its chain), to the planner or a
+    human, answer it as skipped (its MCP server, `to`, is unreachable), hand the
+    envelope back to the agent, or (a model chain) raise it to the caller."""
 
     route: Route
     delay: float = 0.0
@@ -126,6 +126,9 @@ class Decision:
     """Why a recoverable failure is not recovered; None when no path applies."""
     to: str = ""
     """The fallback tool (``fallback``) or the unreachable MCP server (``skip``)."""
+    reason: str = ""
+    """Why a model call took its route (`decide_model`): ``transient`` for a retry,
+    else the wait refused (`WaitRefused`) or the failure class that decided."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -376,20 +379,6 @@ def _recovery(
     return Decision("retry", delay=wait)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ModelStep:
-    """What to do after a model call failed."""
-
-    action: Literal["retry", "fallback", "raise"]
-    delay: float = 0.0
-    """Seconds to wait before the retry."""
-    reason: str = ""
-    """``transient`` (a retry), else why the model was left: ``max_attempts``,
-    ``deadline``, ``retry_after`` (a Retry-After beyond ``policy.max_retry_after``
-    and no fallback), ``retry_after_too_long`` (a Retry-After not waited for
-    because a fallback can serve the call), or the failure class that decided."""
-
-
 def decide_model(
     error: ToolError,
     *,
@@ -399,8 +388,13 @@ def decide_model(
     elapsed: float,
     has_fallback: bool,
     fallback_on: frozenset[FailureClass] = DEFAULT_FALLBACK_ON,
-) -> ModelStep:
-    """Decide the next step after an attempt on one model of a chain failed.
+) -> Decision:
+    """Decide the next step after an attempt on one model of a chain failed: a
+    `Decision` routed ``retry`` (after `delay`), ``fallback`` (the next model) or
+    ``raise``, with its `reason`: ``transient`` for a retry, else ``max_attempts``,
+    ``deadline``, ``retry_after`` (a Retry-After beyond ``policy.max_retry_after`` and
+    no fallback), ``retry_after_too_long`` (a Retry-After not waited for because a
+    fallback can serve the call), or the failure class that decided.
 
     `attempts` counts the attempts made on this model in this call, the failed one
     included, as for tools (and as the envelope's ``error.attempt`` and the events
@@ -415,7 +409,7 @@ def decide_model(
     >>> err = ToolError(type="HTTPError", failure_class="policy", message="401",
     ...                 suggested_action="ask_human", retriable=False)
     >>> decide_model(err, attempts=1, policy=ResiliencePolicy(), rng=random.Random(0),
-    ...              elapsed=0.0, has_fallback=True).action
+    ...              elapsed=0.0, has_fallback=True).route
     'raise'
     """
     reason = error.failure_class.value
@@ -431,8 +425,8 @@ def decide_model(
             patience=policy.max_delay_s if can_fall_back else None,
         )
         if not isinstance(wait, str):
-            return ModelStep("retry", wait, "transient")
+            return Decision("retry", delay=wait, reason="transient")
         reason = "retry_after_too_long" if wait == "retry_after" and can_fall_back else wait
     if can_fall_back:
-        return ModelStep("fallback", reason=reason)
-    return ModelStep("raise", reason=reason)
+        return Decision("fallback", reason=reason)
+    return Decision("raise", reason=reason)

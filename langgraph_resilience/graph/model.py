@@ -77,7 +77,7 @@ from pydantic import ConfigDict, InstanceOf
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore, Outcome
 from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
-from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON, ModelStep, decide_model
+from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON, Decision, decide_model
 from langgraph_resilience.core.flow import Call, Flow, Sleep, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.redaction import redact
@@ -100,7 +100,6 @@ from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 
 __all__ = [
     "DEFAULT_FALLBACK_ON",
-    "ModelStep",
     "ResilientChatModel",
     "ResilientRunnable",
     "decide_model",
@@ -156,7 +155,7 @@ class _Failed:
 
     error: Exception
     envelope: ToolError
-    step: ModelStep
+    step: Decision
     attempts: int
     """Attempts made on this model in this call, the failed one included."""
     probe: bool
@@ -329,17 +328,17 @@ class ResilientChatModel(BaseChatModel):
         """Carry out the decision on a failed attempt: True to retry the model, False to
         fall back; a failure that is raised leaves the flow."""
         step, failure_class, attempts = failed.step, failed.envelope.failure_class, failed.attempts
-        if self.breaker is not None and (failed.probe or step.action != "retry"):
+        if self.breaker is not None and (failed.probe or step.route != "retry"):
             # The call leaves this model with this failure, or a probe decides now.
             transition = yield self._store_call(key, failure_class, failed.probe, failed.duration)
-            if step.action == "retry" and transition is not None and transition.target == "open":
+            if step.route == "retry" and transition is not None and transition.target == "open":
                 # The failed probe reopened the breaker: a retry would be refused.
                 refused = CircuitOpenError(key, self.breaker.open_duration_s)
                 refused.__cause__ = failed.error
                 failures.append((key, refused))
                 emit(Event("model_skipped", model=key, reason="circuit_opened"))
                 return False
-        if step.action == "retry":
+        if step.route == "retry":
             delay = round(step.delay, 6)
             emit(
                 Event(
@@ -355,14 +354,14 @@ class ResilientChatModel(BaseChatModel):
         failures.append((key, failed.error))
         emit(
             Event(
-                "model_fallback" if step.action == "fallback" else "model_gave_up",
+                "model_fallback" if step.route == "fallback" else "model_gave_up",
                 model=key,
                 attempts=attempts,
                 failure_class=failure_class.value,
                 reason=step.reason,
             )
         )
-        if step.action == "fallback":
+        if step.route == "fallback":
             return False
         raise _give_up(failures) if len(failures) > 1 else failed.error
 

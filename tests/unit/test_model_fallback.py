@@ -20,7 +20,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel
 
 from langgraph_resilience.core.breaker import BreakerConfig
-from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON, ModelStep, decide_model
+from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON, Decision, decide_model
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.windows import CountWindow
 from langgraph_resilience.errors import (
@@ -678,9 +678,9 @@ def test_decide_model_table(
         elapsed=elapsed,
         has_fallback=has_fallback,
     )
-    assert (step.action, step.reason) == expected
-    if step.action == "retry" and error.retry_after_ms is None:
-        assert step == ModelStep("retry", seeded_delays(SEED, 1)[0], "transient")
+    assert (step.route, step.reason) == expected
+    if step.route == "retry" and error.retry_after_ms is None:
+        assert step == Decision("retry", delay=seeded_delays(SEED, 1)[0], reason="transient")
 
 
 @pytest.mark.parametrize(
@@ -714,7 +714,7 @@ def test_decide_model_caps_retry_after_at_max_retry_after(
         has_fallback=has_fallback,
         fallback_on=fallback_on,
     )
-    assert (step.action, step.reason, step.delay) == expected
+    assert (step.route, step.reason, step.delay) == expected
 
 
 def test_decide_model_counts_attempts_as_the_envelope_and_the_events_do(
@@ -725,7 +725,7 @@ def test_decide_model_counts_attempts_as_the_envelope_and_the_events_do(
     ToolError.attempt does for tools), and so do the events."""
     seen: list[tuple[int, int]] = []
 
-    def spy(error: ToolError, *, attempts: int, **kwargs: Any) -> ModelStep:
+    def spy(error: ToolError, *, attempts: int, **kwargs: Any) -> Decision:
         seen.append((attempts, error.attempt))
         return decide_model(error, attempts=attempts, **kwargs)
 
