@@ -9,7 +9,7 @@ What it measures, in one run:
    wired by hand with LangGraph's ``ToolNode([t1, t2])`` + ``tools_condition`` on
    ``MessagesState``. Both are driven by ``ScriptedChatModel`` (one per graph,
    scripted for every turn of the run) and trivial ``@tool`` functions, so the
-   framework is all that is measured. Wall time per ``graph.invoke``
+   framework is all that is measured. Wall time per ``_graph.invoke``
    (``time.perf_counter``), a fresh ``thread_id`` per turn, A and B interleaved
    in ABBA order after a warm-up (cancels drift and first-mover effects). Done
    with ``InMemorySaver``, ``SqliteSaver`` (a file in a temporary folder) and
@@ -97,16 +97,16 @@ from psycopg.rows import dict_row
 
 from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
+from langgraph_resilience._graph import tools as tools_module
+from langgraph_resilience._graph.pending import route_entry
+from langgraph_resilience._graph.state import empty_ledger, merge_ledger
+from langgraph_resilience._graph.tool_batch import plan_batch, step_input
+from langgraph_resilience._graph.tool_call import CallInterceptor
+from langgraph_resilience._graph.tool_step import finish_step
+from langgraph_resilience._graph.tools import GuardedToolNode
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph import tools as tools_module
-from langgraph_resilience.graph.pending import route_entry
-from langgraph_resilience.graph.state import empty_ledger, merge_ledger
-from langgraph_resilience.graph.tool_batch import plan_batch, step_input
-from langgraph_resilience.graph.tool_call import CallInterceptor
-from langgraph_resilience.graph.tool_step import finish_step
-from langgraph_resilience.graph.tools import GuardedToolNode
 from langgraph_resilience.testing import ScriptedChatModel, text, tool_calls
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -266,7 +266,7 @@ def _floor_middleware() -> Any:
     from langchain.agents.middleware import AgentMiddleware  # noqa: PLC0415
     from langchain.agents.middleware.types import hook_config  # noqa: PLC0415
 
-    from langgraph_resilience.graph.middleware import ResilienceAgentState  # noqa: PLC0415
+    from langgraph_resilience._graph.middleware import ResilienceAgentState  # noqa: PLC0415
 
     class PassThrough(AgentMiddleware[Any, Any, Any]):
         state_schema = ResilienceAgentState
@@ -650,11 +650,11 @@ def micro_items() -> list[MicroItem]:
     wrapper_config = {"configurable": {"thread_id": "bench"}}
     wired = build_resilient(InMemorySaver(), 1).builder.nodes["tools"].runnable
     wrapped = isinstance(wired, RunnableLambda)  # only timed while add_resilience does this
-    route_after_agent = _optional("langgraph_resilience.graph.router", "route_after_agent")
+    route_after_agent = _optional("langgraph_resilience._graph.router", "route_after_agent")
     # The router after the tools node: route_after_tools, renamed next_step later.
     route_after_tools = _optional(
-        "langgraph_resilience.graph.router", "route_after_tools"
-    ) or _optional("langgraph_resilience.graph.router", "next_step")
+        "langgraph_resilience._graph.router", "route_after_tools"
+    ) or _optional("langgraph_resilience._graph.router", "next_step")
     detect_loop = _optional("langgraph_resilience.core.loops", "detect_loop")
     coerce_args = _optional("langgraph_resilience.core.validation", "coerce_args")
     schema = t1.tool_call_schema
@@ -965,9 +965,9 @@ def attribute(a: pstats.Stats, b: pstats.Stats, turns: int) -> list[dict[str, An
 
 def _route_cum(stats: pstats.Stats) -> float:
     routers = (
-        _optional("langgraph_resilience.graph.router", "route_after_agent"),
-        _optional("langgraph_resilience.graph.router", "route_after_tools"),
-        _optional("langgraph_resilience.graph.router", "next_step"),
+        _optional("langgraph_resilience._graph.router", "route_after_agent"),
+        _optional("langgraph_resilience._graph.router", "route_after_tools"),
+        _optional("langgraph_resilience._graph.router", "next_step"),
     )
     return sum(_cum(stats, key=_code_key(r)) for r in routers if r is not None)
 

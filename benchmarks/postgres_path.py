@@ -77,9 +77,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
+from langgraph_resilience._graph import call_effect
 from langgraph_resilience.core.effects import IdempotencyRecord
 from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.graph import call_effect
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS

@@ -24,6 +24,43 @@ from typing import TYPE_CHECKING
 from langgraph_resilience._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
+    from langgraph_resilience._graph.escalate import (
+        EscalateNode,
+    )
+    from langgraph_resilience._graph.middleware import (
+        ResilienceMiddleware,
+    )
+    from langgraph_resilience._graph.model import (
+        resilient_model,
+    )
+    from langgraph_resilience._graph.pending import (
+        AnswerPendingNode,
+    )
+    from langgraph_resilience._graph.repair import (
+        RepairNode,
+    )
+    from langgraph_resilience._graph.retry import (
+        RetryNode,
+    )
+    from langgraph_resilience._graph.router import (
+        next_step,
+        route_after_agent,
+    )
+    from langgraph_resilience._graph.state import (
+        ResilienceState,
+    )
+    from langgraph_resilience._graph.status_checks import (
+        status_from,
+    )
+    from langgraph_resilience._graph.tools import (
+        GuardedToolNode,
+        current_idempotency_key,
+        current_item_keys,
+        tool_error_of,
+    )
+    from langgraph_resilience._graph.wiring import (
+        add_resilience,
+    )
     from langgraph_resilience.core.breaker import (
         BreakerConfig,
     )
@@ -50,43 +87,6 @@ if TYPE_CHECKING:
     from langgraph_resilience.events import (
         EVENT_KEY,
     )
-    from langgraph_resilience.graph.escalate import (
-        EscalateNode,
-    )
-    from langgraph_resilience.graph.middleware import (
-        ResilienceMiddleware,
-    )
-    from langgraph_resilience.graph.model import (
-        resilient_model,
-    )
-    from langgraph_resilience.graph.pending import (
-        AnswerPendingNode,
-    )
-    from langgraph_resilience.graph.repair import (
-        RepairNode,
-    )
-    from langgraph_resilience.graph.retry import (
-        RetryNode,
-    )
-    from langgraph_resilience.graph.router import (
-        next_step,
-        route_after_agent,
-    )
-    from langgraph_resilience.graph.state import (
-        ResilienceState,
-    )
-    from langgraph_resilience.graph.status_checks import (
-        status_from,
-    )
-    from langgraph_resilience.graph.tools import (
-        GuardedToolNode,
-        current_idempotency_key,
-        current_item_keys,
-        tool_error_of,
-    )
-    from langgraph_resilience.graph.wiring import (
-        add_resilience,
-    )
     from langgraph_resilience.stores.persistence import (
         aopen_postgres,
         open_postgres,
@@ -112,21 +112,21 @@ _HOMES: dict[str, str] = {
     "ThreadBusyError": "langgraph_resilience.errors",
     "ToolError": "langgraph_resilience.errors",
     "EVENT_KEY": "langgraph_resilience.events",
-    "EscalateNode": "langgraph_resilience.graph.escalate",
-    "ResilienceMiddleware": "langgraph_resilience.graph.middleware",
-    "resilient_model": "langgraph_resilience.graph.model",
-    "AnswerPendingNode": "langgraph_resilience.graph.pending",
-    "RepairNode": "langgraph_resilience.graph.repair",
-    "RetryNode": "langgraph_resilience.graph.retry",
-    "next_step": "langgraph_resilience.graph.router",
-    "route_after_agent": "langgraph_resilience.graph.router",
-    "ResilienceState": "langgraph_resilience.graph.state",
-    "status_from": "langgraph_resilience.graph.status_checks",
-    "GuardedToolNode": "langgraph_resilience.graph.tools",
-    "current_idempotency_key": "langgraph_resilience.graph.tools",
-    "current_item_keys": "langgraph_resilience.graph.tools",
-    "tool_error_of": "langgraph_resilience.graph.tools",
-    "add_resilience": "langgraph_resilience.graph.wiring",
+    "EscalateNode": "langgraph_resilience._graph.escalate",
+    "ResilienceMiddleware": "langgraph_resilience._graph.middleware",
+    "resilient_model": "langgraph_resilience._graph.model",
+    "AnswerPendingNode": "langgraph_resilience._graph.pending",
+    "RepairNode": "langgraph_resilience._graph.repair",
+    "RetryNode": "langgraph_resilience._graph.retry",
+    "next_step": "langgraph_resilience._graph.router",
+    "route_after_agent": "langgraph_resilience._graph.router",
+    "ResilienceState": "langgraph_resilience._graph.state",
+    "status_from": "langgraph_resilience._graph.status_checks",
+    "GuardedToolNode": "langgraph_resilience._graph.tools",
+    "current_idempotency_key": "langgraph_resilience._graph.tools",
+    "current_item_keys": "langgraph_resilience._graph.tools",
+    "tool_error_of": "langgraph_resilience._graph.tools",
+    "add_resilience": "langgraph_resilience._graph.wiring",
     "aopen_postgres": "langgraph_resilience.stores.persistence",
     "open_postgres": "langgraph_resilience.stores.persistence",
     "open_sqlite": "langgraph_resilience.stores.persistence",

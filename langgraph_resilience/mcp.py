@@ -9,24 +9,24 @@ from typing import TYPE_CHECKING
 from langgraph_resilience._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
-    from langgraph_resilience.core.mcp import (
-        Reconnect,
-    )
-    from langgraph_resilience.graph.mcp import (
+    from langgraph_resilience._graph.mcp import (
         aload_mcp_tools,
         load_mcp_tools,
         mcp_server_tool,
     )
-    from langgraph_resilience.graph.mcp_sessions import (
+    from langgraph_resilience._graph.mcp_sessions import (
         McpSessions,
+    )
+    from langgraph_resilience.core.mcp import (
+        Reconnect,
     )
 
 _HOMES: dict[str, str] = {
     "Reconnect": "langgraph_resilience.core.mcp",
-    "aload_mcp_tools": "langgraph_resilience.graph.mcp",
-    "load_mcp_tools": "langgraph_resilience.graph.mcp",
-    "mcp_server_tool": "langgraph_resilience.graph.mcp",
-    "McpSessions": "langgraph_resilience.graph.mcp_sessions",
+    "aload_mcp_tools": "langgraph_resilience._graph.mcp",
+    "load_mcp_tools": "langgraph_resilience._graph.mcp",
+    "mcp_server_tool": "langgraph_resilience._graph.mcp",
+    "McpSessions": "langgraph_resilience._graph.mcp_sessions",
 }
 """Where each public name lives: imported from there on first use."""
 

@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING
 from langgraph_resilience._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
+    from langgraph_resilience._graph.planner import (
+        PlanExecutorNode,
+        PlannerNode,
+        route_after_executor,
+    )
     from langgraph_resilience.core.plan import (
         Diagnosis,
         Plan,
         PlanStep,
         PlanVerdict,
         verify,
-    )
-    from langgraph_resilience.graph.planner import (
-        PlanExecutorNode,
-        PlannerNode,
-        route_after_executor,
     )
 
 _HOMES: dict[str, str] = {
@@ -28,9 +28,9 @@ _HOMES: dict[str, str] = {
     "PlanStep": "langgraph_resilience.core.plan",
     "PlanVerdict": "langgraph_resilience.core.plan",
     "verify": "langgraph_resilience.core.plan",
-    "PlanExecutorNode": "langgraph_resilience.graph.planner",
-    "PlannerNode": "langgraph_resilience.graph.planner",
-    "route_after_executor": "langgraph_resilience.graph.planner",
+    "PlanExecutorNode": "langgraph_resilience._graph.planner",
+    "PlannerNode": "langgraph_resilience._graph.planner",
+    "route_after_executor": "langgraph_resilience._graph.planner",
 }
 """Where each public name lives: imported from there on first use."""
 

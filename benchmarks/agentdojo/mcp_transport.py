@@ -39,7 +39,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.shared.exceptions import McpError
 
 from agentdojo.functions_runtime import Function
-from langgraph_resilience.graph.mcp import aload_mcp_tools, mcp_server_tool
+from langgraph_resilience._graph.mcp import aload_mcp_tools, mcp_server_tool
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 
 from .suites import canonical_key

@@ -9,9 +9,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, ToolMessage
 
+from langgraph_resilience._graph.state import PLAN_CALL_PREFIX, call_slot
 from langgraph_resilience.cli.output import message_of
 from langgraph_resilience.events import EVENT_KEY
-from langgraph_resilience.graph.state import PLAN_CALL_PREFIX, call_slot
 
 __all__ = ["CallRow", "envelope_of", "explain_calls"]
 

@@ -15,10 +15,10 @@ from langgraph.types import Command
 from langgraph_sdk import get_sync_client
 from rich.markup import escape
 
+from langgraph_resilience._graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.cli.options import UsageError, answer_of
 from langgraph_resilience.cli.output import Output, fitted_table
 from langgraph_resilience.cli.runner import resolution
-from langgraph_resilience.graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.stores.threads import ThreadStatus, list_threads, resume, thread_status
 
 __all__ = ["cmd_server_resume", "cmd_server_threads"]

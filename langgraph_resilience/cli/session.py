@@ -16,12 +16,12 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import StateSnapshot
 
+from langgraph_resilience._graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.cli.back_office import DemoStore, open_demo_store
 from langgraph_resilience.cli.demo import AfterEffect, SupportDemo, build_demo, is_demo_thread
 from langgraph_resilience.cli.options import DSN_ENV, UsageError
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.errors import PersistenceError, ThreadBusyError
-from langgraph_resilience.graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.stores.persistence import (
     Persistence,
     open_postgres,

@@ -12,6 +12,7 @@ from langchain_core.messages import AIMessage
 from rich.console import RenderableType
 from rich.markup import escape
 
+from langgraph_resilience._graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.cli.demo import is_demo_thread
 from langgraph_resilience.cli.output import Output, fitted_table, one_line
 from langgraph_resilience.cli.session import (
@@ -21,7 +22,6 @@ from langgraph_resilience.cli.session import (
     thread_config,
     unfinished,
 )
-from langgraph_resilience.graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.stores.threads import (
     ThreadStatus,
     list_threads,

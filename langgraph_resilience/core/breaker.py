@@ -58,7 +58,7 @@ also returns it. `~langgraph_resilience.stores.breakers.CircuitBreaker` packages
 the same protocol for plain callables.
 
 Retry budgets are `langgraph_resilience.core.budget`; bulkheads
-`langgraph_resilience.graph.bulkhead`.
+`langgraph_resilience._graph.bulkhead`.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ class EffectLedger:
     @property
     def lease_runner(self) -> LeaseRunner | None:
         """Where a run's thread lease lives beside this ledger: a Postgres ledger's own
-        connection or pool; None: this process (`graph.run_lease`)."""
+        connection or pool; None: this process (`_graph.run_lease`)."""
         runner: LeaseRunner | None = getattr(self.idempotency, "lease_runner", None)
         return runner
 

@@ -39,7 +39,7 @@ Durability (the ``durability=`` argument of ``invoke`` / ``stream`` / ``ainvoke`
 - ``durability="async"`` (LangGraph's default): the checkpoint of step n is
   written while step n+1 runs. A side-effecting call therefore waits, before its
   first run, until the checkpoint of the step that asked for it is saved
-  (`~langgraph_resilience.graph.saved_step`: it wakes when this process's save
+  (`~langgraph_resilience._graph.saved_step`: it wakes when this process's save
   returns, or reads the checkpoint back), so a crash during the tools step replays
   the *same* calls, as under ``"sync"``; a save that does not come stops the run
   (`StepNotSavedError`, nothing ran). Read-only tools do not wait.

@@ -50,6 +50,7 @@ from benchmarks.chaos.tasks import (
     scripted_planner,
 )
 from langgraph_resilience import ToolProfile
+from langgraph_resilience._graph.exactly_once import effect_context
 from langgraph_resilience.cli import main
 from langgraph_resilience.core import classify
 from langgraph_resilience.core.breaker import BreakerConfig
@@ -58,7 +59,6 @@ from langgraph_resilience.core.partial import as_partial_result
 from langgraph_resilience.core.plan import Plan, format_plan_request, verify
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolError
-from langgraph_resilience.graph.exactly_once import effect_context
 from langgraph_resilience.testing import FakeClock, FakeHTTPError
 from langgraph_resilience.testing.faults import (
     FAULT_KINDS,

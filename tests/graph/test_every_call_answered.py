@@ -10,8 +10,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 
 from langgraph_resilience import ToolError, tool_error_of
-from langgraph_resilience.graph.pending import answer_pending, route_entry
-from langgraph_resilience.graph.state import empty_ledger
+from langgraph_resilience._graph.pending import answer_pending, route_entry
+from langgraph_resilience._graph.state import empty_ledger
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, build_graph
 

@@ -345,6 +345,6 @@ _PROVIDER_ID = re.compile(r"^[a-zA-Z0-9_-]{1,40}$")
 def test_plan_call_ids_fit_every_provider() -> None:
     """The executor names its calls by the step's position: a planner's long or odd step
     id never reaches the provider."""
-    from langgraph_resilience.graph.planner import plan_call_id  # noqa: PLC0415
+    from langgraph_resilience._graph.planner import plan_call_id  # noqa: PLC0415
 
     assert _PROVIDER_ID.match(plan_call_id(10_000, 63))

@@ -24,8 +24,8 @@ from langgraph_resilience import (
     route_after_agent,
     tool_error_of,
 )
+from langgraph_resilience._graph.node import ResilienceNode
 from langgraph_resilience.core.classification import Verdict
-from langgraph_resilience.graph.node import ResilienceNode
 from langgraph_resilience.testing import (
     FakeClock,
     Fault,

@@ -26,7 +26,7 @@ from langgraph_resilience import (
     ToolError,
     ToolProfile,
 )
-from langgraph_resilience.graph.escalate import ESCALATION_TYPE
+from langgraph_resilience._graph.escalate import ESCALATION_TYPE
 from langgraph_resilience.testing import (
     FakeClock,
     FakeHTTPError,

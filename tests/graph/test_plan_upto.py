@@ -11,8 +11,8 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolCall
 from langchain_core.tools import tool
 
 from langgraph_resilience import ResiliencePolicy
-from langgraph_resilience.graph.tool_batch import Batch, plan_batch
-from langgraph_resilience.graph.tools import GuardedToolNode
+from langgraph_resilience._graph.tool_batch import Batch, plan_batch
+from langgraph_resilience._graph.tools import GuardedToolNode
 from langgraph_resilience.testing import FakeClock
 
 

@@ -10,7 +10,7 @@ from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_resilience import ToolProfile
-from langgraph_resilience.graph.exactly_once import EARLIER_RUN
+from langgraph_resilience._graph.exactly_once import EARLIER_RUN
 from langgraph_resilience.stores import InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from tests.conftest import Runner, build_graph

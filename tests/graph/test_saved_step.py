@@ -28,9 +28,9 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.runtime import ExecutionInfo
 
 from langgraph_resilience import ResilienceMiddleware, ToolProfile
+from langgraph_resilience._graph import saved_step
+from langgraph_resilience._graph.saved_step import SavedStep, step_to_save
 from langgraph_resilience.errors import StepNotSavedError
-from langgraph_resilience.graph import saved_step
-from langgraph_resilience.graph.saved_step import SavedStep, step_to_save
 from langgraph_resilience.stores import InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls

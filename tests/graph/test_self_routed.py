@@ -20,7 +20,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command
 
 from langgraph_resilience import EVENT_KEY, ResiliencePolicy
-from langgraph_resilience.graph.router import next_after, next_step
+from langgraph_resilience._graph.router import next_after, next_step
 from langgraph_resilience.testing import Fault, FaultyTool, ScriptedChatModel, text, tool_calls
 from tests.conftest import Harness, Runner, build_graph
 

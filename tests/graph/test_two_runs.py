@@ -17,7 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from langgraph_resilience import ResilienceMiddleware, ThreadBusyError, ToolProfile
-from langgraph_resilience.graph.run_lease import _LOCAL
+from langgraph_resilience._graph.run_lease import _LOCAL
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 from tests.conftest import Harness, build_graph
 

@@ -25,8 +25,8 @@ from mcp.server.fastmcp import FastMCP
 from mcp.shared.exceptions import McpError
 
 from langgraph_resilience import FailureClass
+from langgraph_resilience._graph.mcp import mcp_server_tool
 from langgraph_resilience.errors import ToolFailure
-from langgraph_resilience.graph.mcp import mcp_server_tool
 from langgraph_resilience.stores import SqliteIdempotencyStore
 from langgraph_resilience.stores.sqlite import sqlite_connect
 

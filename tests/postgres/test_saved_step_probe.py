@@ -18,10 +18,10 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from langgraph_resilience import ToolProfile
+from langgraph_resilience._graph import saved_step
+from langgraph_resilience._graph.saved_step import SavedStep
 from langgraph_resilience.core.clock import SystemClock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
-from langgraph_resilience.graph import saved_step
-from langgraph_resilience.graph.saved_step import SavedStep
 from langgraph_resilience.stores import InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import text, tool_calls

@@ -15,7 +15,7 @@ from langchain_openai import ChatOpenAI
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
 from langgraph_resilience import resilient_model
-from langgraph_resilience.graph.model import ResilientChatModel
+from langgraph_resilience._graph.model import ResilientChatModel
 from tests.standard.fake_openai import FakeOpenAI
 
 pytestmark = pytest.mark.filterwarnings(

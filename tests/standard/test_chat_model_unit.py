@@ -10,7 +10,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from langgraph_resilience import resilient_model
-from langgraph_resilience.graph.model import ResilientChatModel
+from langgraph_resilience._graph.model import ResilientChatModel
 from langgraph_resilience.testing import ScriptedChatModel, text
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from langgraph_resilience._graph.bulkhead import Bulkhead, BulkheadFullError
 from langgraph_resilience.core.classification import classify
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolFailure
-from langgraph_resilience.graph.bulkhead import Bulkhead, BulkheadFullError
 
 
 @pytest.mark.parametrize(

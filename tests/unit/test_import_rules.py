@@ -3,8 +3,8 @@
 - ``core/`` is pure: the standard library, pydantic, langchain-core's types and
   ``langgraph.errors``, and nothing of the package outside ``core/`` and
   ``errors``; no psycopg, no sqlite3, no LangGraph graph machinery.
-- ``stores/`` import nothing of ``graph/``, ``cli/`` or ``testing/``.
-- ``graph/`` imports nothing of ``cli/`` or ``testing/``.
+- ``stores/`` import nothing of ``_graph/``, ``cli/`` or ``testing/``.
+- ``_graph/`` imports nothing of ``cli/`` or ``testing/``.
 - nothing in the package imports the benchmarks (they are not in the wheel).
 """
 
@@ -19,7 +19,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "langgraph_resilience"
 
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "core": (
-        "langgraph_resilience.graph",
+        "langgraph_resilience._graph",
         "langgraph_resilience.stores",
         "langgraph_resilience.cli",
         "langgraph_resilience.testing",
@@ -39,12 +39,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "benchmarks",
     ),
     "stores": (
-        "langgraph_resilience.graph",
+        "langgraph_resilience._graph",
         "langgraph_resilience.cli",
         "langgraph_resilience.testing",
         "benchmarks",
     ),
-    "graph": ("langgraph_resilience.cli", "langgraph_resilience.testing", "benchmarks"),
+    "_graph": ("langgraph_resilience.cli", "langgraph_resilience.testing", "benchmarks"),
     "testing": ("langgraph_resilience.cli", "benchmarks"),
 }
 
@@ -92,5 +92,5 @@ def test_the_rules_catch_a_violation(tmp_path: pathlib.Path) -> None:
     probe = root / "core" / "probe.py"
     probe.write_text("from ..graph import tools\nimport psycopg\n", encoding="utf-8")
     found = _violations("core", root)
-    assert any("imports langgraph_resilience.graph" in v for v in found)
+    assert any("imports langgraph_resilience._graph" in v for v in found)
     assert any("imports psycopg" in v for v in found)

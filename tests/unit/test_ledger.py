@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langgraph_resilience.core import classify
-from langgraph_resilience.graph.state import (
+from langgraph_resilience._graph.state import (
     INFORMED_KEYS,
     SEEN_KEYS,
     CallRecord,
@@ -19,6 +18,7 @@ from langgraph_resilience.graph.state import (
     read_ledger,
     task_view,
 )
+from langgraph_resilience.core import classify
 from langgraph_resilience.testing import FakeHTTPError
 
 

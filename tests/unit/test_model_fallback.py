@@ -19,6 +19,12 @@ from langgraph.errors import GraphInterrupt
 from langgraph.graph import START, MessagesState, StateGraph
 from pydantic import BaseModel
 
+from langgraph_resilience._graph import model as model_module
+from langgraph_resilience._graph.model import (
+    ResilientChatModel,
+    model_key,
+    resilient_model,
+)
 from langgraph_resilience.core.breaker import BreakerConfig
 from langgraph_resilience.core.decision import DEFAULT_FALLBACK_ON, Decision, decide_model
 from langgraph_resilience.core.policy import ResiliencePolicy
@@ -29,12 +35,6 @@ from langgraph_resilience.errors import (
     FailureClass,
     ResilienceWarning,
     ToolError,
-)
-from langgraph_resilience.graph import model as model_module
-from langgraph_resilience.graph.model import (
-    ResilientChatModel,
-    model_key,
-    resilient_model,
 )
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.testing import (

@@ -48,7 +48,7 @@ def recorder() -> Iterator[Recorder]:
 
 
 def test_a_call_skipped_for_a_down_server_is_a_call_skipped_event(recorder: Recorder) -> None:
-    from langgraph_resilience.graph.mcp import skipped_message  # noqa: PLC0415
+    from langgraph_resilience._graph.mcp import skipped_message  # noqa: PLC0415
 
     call = ToolCall(name="weather", args={}, id="c1", type="tool_call")
     skipped_message(call, "weather-server", ["weather"])
@@ -88,7 +88,7 @@ def test_a_repeat_an_mcp_server_answers_from_its_ledger_is_deduplicated(
     recorder: Recorder,
 ) -> None:
     pytest.importorskip("langchain_mcp_adapters", reason="the mcp extra is not installed")
-    from langgraph_resilience.graph.mcp import IDEMPOTENCY_META, mcp_server_tool  # noqa: PLC0415
+    from langgraph_resilience._graph.mcp import IDEMPOTENCY_META, mcp_server_tool  # noqa: PLC0415
 
     runs: list[int] = []
 

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.tools import tool
 
+from langgraph_resilience._graph.escalate import escalation_request
+from langgraph_resilience._graph.repair import repair_prompt
 from langgraph_resilience.core import add_secret_pattern
 from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.plan import (
@@ -35,8 +37,6 @@ from langgraph_resilience.core.plan import (
 from langgraph_resilience.core.redaction import TRUNCATED, redact, redact_value
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolError, ToolFailure
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.escalate import escalation_request
-from langgraph_resilience.graph.repair import repair_prompt
 from langgraph_resilience.testing import FakeHTTPError
 
 

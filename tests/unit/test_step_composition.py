@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langgraph_resilience.graph.state import compose_deltas, merge_ledger
+from langgraph_resilience._graph.state import compose_deltas, merge_ledger
 
 
 def _record(attempts: int, status: str, due: float | None = None) -> dict[str, Any]:

@@ -31,13 +31,8 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import interrupt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.policy import ResiliencePolicy
-from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
-from langgraph_resilience.errors import FailureClass, ToolError
-from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.state import (
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.state import (
     CallRecord,
     Ledger,
     current_slots,
@@ -45,7 +40,12 @@ from langgraph_resilience.graph.state import (
     read_ledger,
     read_messages,
 )
-from langgraph_resilience.graph.tools import error_message
+from langgraph_resilience._graph.tools import error_message
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
+from langgraph_resilience.errors import FailureClass, ToolError
+from langgraph_resilience.events import Event, emit
 
 __all__ = ["ESCALATION_TYPE", "EscalateNode", "Resolution", "edit_problem", "escalation_request"]
 

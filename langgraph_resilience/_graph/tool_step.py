@@ -17,13 +17,7 @@ from typing import Any
 from langchain_core.messages import AnyMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolInvocationError
 
-from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.decision import Decision, Paths, decide, decide_repair, unrecovered
-from langgraph_resilience.core.partial import PartialResult, as_partial_result, failed_items
-from langgraph_resilience.core.redaction import redact
-from langgraph_resilience.errors import CircuitOpenError, FailureClass, ToolError, ToolGoneError
-from langgraph_resilience.events import Event, emit, listening
-from langgraph_resilience.graph.answers import (
+from langgraph_resilience._graph.answers import (
     BreakerReport,
     Raised,
     classified,
@@ -32,8 +26,8 @@ from langgraph_resilience.graph.answers import (
     with_done_items,
     with_trail,
 )
-from langgraph_resilience.graph.mcp import skipped_message
-from langgraph_resilience.graph.state import (
+from langgraph_resilience._graph.mcp import skipped_message
+from langgraph_resilience._graph.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
     Ledger,
@@ -43,9 +37,15 @@ from langgraph_resilience.graph.state import (
     message_slot,
     read_ledger,
 )
-from langgraph_resilience.graph.status_checks import check_with
-from langgraph_resilience.graph.step_scope import CallOutcome
-from langgraph_resilience.graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
+from langgraph_resilience._graph.status_checks import check_with
+from langgraph_resilience._graph.step_scope import CallOutcome
+from langgraph_resilience._graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.decision import Decision, Paths, decide, decide_repair, unrecovered
+from langgraph_resilience.core.partial import PartialResult, as_partial_result, failed_items
+from langgraph_resilience.core.redaction import redact
+from langgraph_resilience.errors import CircuitOpenError, FailureClass, ToolError, ToolGoneError
+from langgraph_resilience.events import Event, emit, listening
 
 __all__ = ["Step", "finish_step"]
 

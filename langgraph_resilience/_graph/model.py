@@ -74,6 +74,13 @@ from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from pydantic import ConfigDict, InstanceOf
 
+from langgraph_resilience._graph.model_streaming import (
+    Ask,
+    ResilientRunnable,
+    afirst_chunk,
+    as_chunk,
+    first_chunk,
+)
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore, Outcome
 from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
@@ -89,13 +96,6 @@ from langgraph_resilience.errors import (
     ToolError,
 )
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.model_streaming import (
-    Ask,
-    ResilientRunnable,
-    afirst_chunk,
-    as_chunk,
-    first_chunk,
-)
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 
 __all__ = [

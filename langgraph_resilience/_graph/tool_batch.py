@@ -19,22 +19,14 @@ from typing import Any
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 
-from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.classification import Rule, classify, unknown_tool_error
-from langgraph_resilience.core.clock import Clock
-from langgraph_resilience.core.decision import remembered_gone
-from langgraph_resilience.core.loops import detect_loop
-from langgraph_resilience.core.policy import ResiliencePolicy
-from langgraph_resilience.core.profile import ToolProfile
-from langgraph_resilience.errors import ExhaustionReason, ToolError, ToolGoneError
-from langgraph_resilience.graph.answers import (
+from langgraph_resilience._graph.answers import (
     budget_error,
     call_id_error,
     invalid_call_error,
     last_error,
     loop_error,
 )
-from langgraph_resilience.graph.state import (
+from langgraph_resilience._graph.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
     Ledger,
@@ -47,6 +39,14 @@ from langgraph_resilience.graph.state import (
     read_messages,
     task_view,
 )
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.classification import Rule, classify, unknown_tool_error
+from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.core.decision import remembered_gone
+from langgraph_resilience.core.loops import detect_loop
+from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.profile import ToolProfile
+from langgraph_resilience.errors import ExhaustionReason, ToolError, ToolGoneError
 
 __all__ = ["Batch", "Preflight", "ToolSettings", "plan_batch", "step_input", "tool_attempts"]
 

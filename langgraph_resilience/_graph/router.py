@@ -17,9 +17,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph.message import add_messages
 from langgraph.types import Command
 
-from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.state import (
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.state import (
     current_slots,
     current_task,
     last_ai_message,
@@ -28,6 +27,7 @@ from langgraph_resilience.graph.state import (
     read_messages,
     task_view,
 )
+from langgraph_resilience.events import Event, emit
 
 __all__ = ["Next", "SelfRouted", "next_after", "next_step", "route_after_agent"]
 

@@ -30,14 +30,9 @@ from langchain_core.messages import AIMessage, AnyMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.types import Overwrite
 
-from langgraph_resilience.core.clock import SystemClock
-from langgraph_resilience.core.effects import IdempotencyRecord, idempotency_key
-from langgraph_resilience.core.flow import Call, Flow, adrive, drive
-from langgraph_resilience.errors import FailureClass, ToolError
-from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.exactly_once import replayed
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.state import (
+from langgraph_resilience._graph.exactly_once import replayed
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.state import (
     CallRecord,
     Ledger,
     call_slot,
@@ -45,10 +40,15 @@ from langgraph_resilience.graph.state import (
     read_ledger,
     read_messages,
 )
-from langgraph_resilience.graph.tools import error_message
+from langgraph_resilience._graph.tools import error_message
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.effects import IdempotencyRecord, idempotency_key
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.errors import FailureClass, ToolError
+from langgraph_resilience.events import Event, emit
 
 if TYPE_CHECKING:
-    from langgraph_resilience.graph.tools import GuardedToolNode
+    from langgraph_resilience._graph.tools import GuardedToolNode
 
 __all__ = ["AnswerPendingNode", "answer_pending", "recorded_effects", "route_entry"]
 

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.tools import BaseTool
 
+from langgraph_resilience._graph.exactly_once import key_in_effect
+from langgraph_resilience._graph.mcp import IDEMPOTENCY_META, run_sync, tag_tool
 from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.core.mcp import Reconnect, reconnect_wait
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ToolFailure
-from langgraph_resilience.graph.exactly_once import key_in_effect
-from langgraph_resilience.graph.mcp import IDEMPOTENCY_META, run_sync, tag_tool
 
 if TYPE_CHECKING:
     from langchain_mcp_adapters.client import MultiServerMCPClient

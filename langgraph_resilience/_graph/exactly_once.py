@@ -24,6 +24,16 @@ from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 
+from langgraph_resilience._graph.effect_keys import (
+    calling,
+    current_idempotency_key,
+    current_item_keys,
+    effect_context,
+    key_in_effect,
+)
+from langgraph_resilience._graph.in_flight import Settled, asettle, settle
+from langgraph_resilience._graph.saved_step import SavedStep, await_saved, wait_saved
+from langgraph_resilience._graph.status_checks import StatusCheck
 from langgraph_resilience.core.backoff import ledger_retry_delay
 from langgraph_resilience.core.effects import (
     Claim,
@@ -44,16 +54,6 @@ from langgraph_resilience.errors import (
     ToolFailure,
 )
 from langgraph_resilience.events import Event, emit, logger
-from langgraph_resilience.graph.effect_keys import (
-    calling,
-    current_idempotency_key,
-    current_item_keys,
-    effect_context,
-    key_in_effect,
-)
-from langgraph_resilience.graph.in_flight import Settled, asettle, settle
-from langgraph_resilience.graph.saved_step import SavedStep, await_saved, wait_saved
-from langgraph_resilience.graph.status_checks import StatusCheck
 from langgraph_resilience.stores.effect_ledger import EffectLedger
 from langgraph_resilience.stores.held import acheck_fence, check_fence
 
@@ -152,7 +152,7 @@ class Effect:
     within the call's attempts."""
     saved_step: SavedStep | None = None
     """The checkpoint the call's step runs from, to wait for before a first run
-    (`langgraph_resilience.graph.saved_step`); None when nothing is to be waited for."""
+    (`langgraph_resilience._graph.saved_step`); None when nothing is to be waited for."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

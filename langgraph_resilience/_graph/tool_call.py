@@ -1,13 +1,13 @@
 """One tool call's interception: what ToolNode's ``wrap_tool_call`` hook runs.
 
 `CallInterceptor` stands between ToolNode and a tool, once per call: breaker
-admission, bulkhead and timeout (`graph.tool_guards`), lossless coercion of rejected
-arguments, the exactly-once flow of a side effect (`graph.exactly_once`), the output
+admission, bulkhead and timeout (`_graph.tool_guards`), lossless coercion of rejected
+arguments, the exactly-once flow of a side effect (`_graph.exactly_once`), the output
 contract, and one classification of a failure, which then travels to the step as
 `answers.Raised`, in the step's `step_scope.CallOutcome`. The interception is one
 `core.flow` flow, driven sync by ``wrap_tool_call`` and async by ``awrap_tool_call``.
-Which calls run is `graph.tool_batch`'s choice; what becomes of them,
-`graph.tool_step`'s.
+Which calls run is `_graph.tool_batch`'s choice; what becomes of them,
+`_graph.tool_step`'s.
 """
 
 from __future__ import annotations
@@ -24,6 +24,37 @@ from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 
+from langgraph_resilience._graph.answers import (
+    BreakerReport,
+    Raised,
+    classified,
+    error_message,
+    tool_error_of,
+)
+from langgraph_resilience._graph.bulkhead import BulkheadFullError
+from langgraph_resilience._graph.call_effect import (
+    EffectReading,
+    ascoped,
+    effect_of,
+    messages_of,
+    scoped,
+)
+from langgraph_resilience._graph.exactly_once import (
+    Effect,
+    EffectNotDone,
+    OutcomeUnknownError,
+    Run,
+    calling,
+    exactly_once,
+)
+from langgraph_resilience._graph.mcp import (
+    ToldOnce,
+    already_told,
+    is_error_of,
+    skipped_message,
+)
+from langgraph_resilience._graph.step_scope import STEP, StepScope, keep
+from langgraph_resilience._graph.tool_guards import Admitted, ToolGuards
 from langgraph_resilience.core.classification import Rule
 from langgraph_resilience.core.clock import Clock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
@@ -42,37 +73,6 @@ from langgraph_resilience.errors import (
     ToolGoneError,
 )
 from langgraph_resilience.events import Event, emit, observed_attempt
-from langgraph_resilience.graph.answers import (
-    BreakerReport,
-    Raised,
-    classified,
-    error_message,
-    tool_error_of,
-)
-from langgraph_resilience.graph.bulkhead import BulkheadFullError
-from langgraph_resilience.graph.call_effect import (
-    EffectReading,
-    ascoped,
-    effect_of,
-    messages_of,
-    scoped,
-)
-from langgraph_resilience.graph.exactly_once import (
-    Effect,
-    EffectNotDone,
-    OutcomeUnknownError,
-    Run,
-    calling,
-    exactly_once,
-)
-from langgraph_resilience.graph.mcp import (
-    ToldOnce,
-    already_told,
-    is_error_of,
-    skipped_message,
-)
-from langgraph_resilience.graph.step_scope import STEP, StepScope, keep
-from langgraph_resilience.graph.tool_guards import Admitted, ToolGuards
 
 __all__ = ["Answer", "CallInterceptor"]
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
-from langgraph_resilience.graph.run_lease import RUN_LEASES
+from langgraph_resilience._graph.run_lease import RUN_LEASES
 
 __all__ = ["ResilienceNode"]
 
@@ -26,7 +26,7 @@ __all__ = ["ResilienceNode"]
 class ResilienceNode(Runnable[Any, Any]):
     """A graph node: `run` and `arun` take the state and the run's config. Whatever a
     node raises (an error, a cancel, a pause for a human) ends its run, so the run's
-    lease of its thread is given back (`graph.run_lease`)."""
+    lease of its thread is given back (`_graph.run_lease`)."""
 
     @abc.abstractmethod
     def run(self, state: Any, config: RunnableConfig) -> Any:

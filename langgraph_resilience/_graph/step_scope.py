@@ -21,11 +21,11 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from langgraph_resilience._graph.answers import Raised
+from langgraph_resilience._graph.run_lease import RUN_LEASES, current_run
+from langgraph_resilience._graph.tool_batch import Batch
 from langgraph_resilience.core.flow import Call, Flow
 from langgraph_resilience.core.validation import Coercion
-from langgraph_resilience.graph.answers import Raised
-from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run
-from langgraph_resilience.graph.tool_batch import Batch
 from langgraph_resilience.stores.effect_ledger import EffectLedger, LedgerResolver
 from langgraph_resilience.stores.held import Fence, holding
 
@@ -76,7 +76,7 @@ def step_ledger(
     ledgers: LedgerResolver, config: RunnableConfig
 ) -> Flow[tuple[EffectLedger | None, Fence | None]]:
     """The run's side-effect ledger and, when there is one, the run's lease of its
-    thread (`graph.run_lease`), whose fence every ledger write of the step carries."""
+    thread (`_graph.run_lease`), whose fence every ledger write of the step carries."""
     ledger = yield Call(ledgers.resolve, ledgers.aresolve, (config,))
     if ledger is None:
         return None, None

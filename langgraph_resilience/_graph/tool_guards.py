@@ -4,7 +4,7 @@
 questions the call flow asks of them: may this call run (a breaker admission, as a
 `core.flow` `Call`), how did it end (a record), may it retry (the retry budget), and
 runs the tool in its bulkhead slot for at most its timeout. It decides nothing about
-failures: that is `core.decision`'s, through `graph.tool_step`.
+failures: that is `core.decision`'s, through `_graph.tool_step`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,10 @@ from typing import Any
 from langchain_core.messages import ToolCall
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from langgraph_resilience._graph.answers import BreakerReport
+from langgraph_resilience._graph.bulkhead import Bulkhead
+from langgraph_resilience._graph.exactly_once import Effect, outcome_of
+from langgraph_resilience._graph.in_flight import arun_with_timeout, run_with_timeout
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.clock import Clock
@@ -23,10 +27,6 @@ from langgraph_resilience.core.flow import Call, Flow
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import CircuitOpenError, FailureClass, McpServerDownError
-from langgraph_resilience.graph.answers import BreakerReport
-from langgraph_resilience.graph.bulkhead import Bulkhead
-from langgraph_resilience.graph.exactly_once import Effect, outcome_of
-from langgraph_resilience.graph.in_flight import arun_with_timeout, run_with_timeout
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 

@@ -19,7 +19,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph_resilience.core.flow import adrive, drive
 
 if TYPE_CHECKING:
-    from langgraph_resilience.graph.model import ResilientChatModel
+    from langgraph_resilience._graph.model import ResilientChatModel
 
 __all__ = ["Ask", "ResilientRunnable", "afirst_chunk", "as_chunk", "first_chunk"]
 

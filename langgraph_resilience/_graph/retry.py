@@ -5,7 +5,7 @@ node only waits until the due time stored in the ledger and hands back to the to
 node. Because the due time is wall-clock and checkpointed, a thread resumed after a
 crash waits only what remains of its backoff. It sees only long waits (beyond
 ``policy.inline_retry_max_wait``): the tools step sleeps a short one itself
-(`graph.step_retry`).
+(`_graph.step_retry`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.state import Ledger, current_slots, read_ledger
 from langgraph_resilience.core.clock import Clock, SystemClock
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.state import Ledger, current_slots, read_ledger
 
 __all__ = ["RetryNode", "next_due"]
 

@@ -26,11 +26,11 @@ from typing import Any
 from langchain_core.messages import AnyMessage
 from langgraph.types import Command
 
+from langgraph_resilience._graph.state import Ledger, apply_update, compose_deltas
+from langgraph_resilience._graph.tool_batch import ToolSettings
 from langgraph_resilience.core.decision import retry_in_step
 from langgraph_resilience.core.flow import Flow, Sleep
 from langgraph_resilience.events import Event, emit, observed_step
-from langgraph_resilience.graph.state import Ledger, apply_update, compose_deltas
-from langgraph_resilience.graph.tool_batch import ToolSettings
 
 __all__ = ["retried_in_step"]
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
+from langgraph_resilience._graph.exactly_once import key_in_effect, storable
 from langgraph_resilience.core.canonical import canonical_args
 from langgraph_resilience.core.classification import DEFAULT_RULES, Rule, classify
 from langgraph_resilience.core.effects import IdempotencyStore
@@ -34,7 +35,6 @@ from langgraph_resilience.core.mcp import remote_envelope
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError, FailureClass, McpToolError, ToolError
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.exactly_once import key_in_effect, storable
 from langgraph_resilience.stores.memory import InMemoryIdempotencyStore
 
 if TYPE_CHECKING:

@@ -34,16 +34,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 
-from langgraph_resilience.core.canonical import call_key
-from langgraph_resilience.core.classification import classify
-from langgraph_resilience.core.clock import SystemClock
-from langgraph_resilience.core.flow import Call, Flow, adrive, drive
-from langgraph_resilience.core.policy import ResiliencePolicy
-from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
-from langgraph_resilience.errors import ExhaustionReason, ToolError
-from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.state import (
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.state import (
     CallRecord,
     Ledger,
     TaskLedger,
@@ -53,7 +45,15 @@ from langgraph_resilience.graph.state import (
     read_messages,
     task_view,
 )
-from langgraph_resilience.graph.tools import error_message
+from langgraph_resilience._graph.tools import error_message
+from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.classification import classify
+from langgraph_resilience.core.clock import SystemClock
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
+from langgraph_resilience.core.policy import ResiliencePolicy
+from langgraph_resilience.core.redaction import mask_args, redact, redact_value, unmask_args
+from langgraph_resilience.errors import ExhaustionReason, ToolError
+from langgraph_resilience.events import Event, emit
 
 __all__ = ["REPAIR_SYSTEM_PROMPT", "RepairNode", "RepairOutcome", "repair_prompt"]
 

@@ -20,13 +20,13 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
+from langgraph_resilience._graph.run_lease import RUN_LEASES
+from langgraph_resilience._graph.step_retry import retried_in_step
+from langgraph_resilience._graph.step_scope import in_step, step_ledger
+from langgraph_resilience._graph.tool_batch import Batch, plan_batch
+from langgraph_resilience._graph.tool_step import finish_step
+from langgraph_resilience._graph.tools import GuardedToolNode
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
-from langgraph_resilience.graph.run_lease import RUN_LEASES
-from langgraph_resilience.graph.step_retry import retried_in_step
-from langgraph_resilience.graph.step_scope import in_step, step_ledger
-from langgraph_resilience.graph.tool_batch import Batch, plan_batch
-from langgraph_resilience.graph.tool_step import finish_step
-from langgraph_resilience.graph.tools import GuardedToolNode
 
 __all__ = ["acall_step", "call_step"]
 

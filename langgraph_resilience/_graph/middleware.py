@@ -16,7 +16,7 @@ same code (nothing here decides anything itself):
   budgets, gone tools), interception (breakers, bulkheads, timeouts, coercion,
   exactly-once side effects, the output contract, one classification) and settling
   (`tool_step.finish_step`) as `GuardedToolNode`, for that call. A short backoff
-  is slept and retried right there, in the call's own task (`graph.step_retry`), so
+  is slept and retried right there, in the call's own task (`_graph.step_retry`), so
   the turn needs no extra ``before_model`` round; a call that recovers later (a long
   backoff, a repair, a human) is left unanswered, its record in the ledger says what
   it waits for.
@@ -35,7 +35,7 @@ same code (nothing here decides anything itself):
   breaker-independent memory live in the checkpoint and a thread resumes by id.
 
 Escalation answers are this package's (``{"action": "retry" | "edit" | "skip" |
-"abort"}``, see `graph.escalate`), the same for both entry points. Verified
+"abort"}``, see `_graph.escalate`), the same for both entry points. Verified
 replanning is not here: `create_agent`'s model already plans its next step from the
 envelope a failed call is answered with, and a second planner inside its loop would
 fight it; use `add_resilience(planner_model=...)` for plans checked before they run.
@@ -63,6 +63,17 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
+from langgraph_resilience._graph.call_step import acall_step, call_step
+from langgraph_resilience._graph.model import ResilientChatModel, resilient_model
+from langgraph_resilience._graph.model_streaming import Ask
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.pending import AnswerPendingNode, route_entry
+from langgraph_resilience._graph.retry import RetryNode
+from langgraph_resilience._graph.router import next_step
+from langgraph_resilience._graph.run_lease import RUN_LEASES
+from langgraph_resilience._graph.state import ResilienceLedger, apply_update
+from langgraph_resilience._graph.tools import DEFAULT_BREAKER, GuardedToolNode
+from langgraph_resilience._graph.wiring import check_profiles, recovery_nodes
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.classification import Rule
@@ -73,17 +84,6 @@ from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError, FailureClass, ResilienceWarning
-from langgraph_resilience.graph.call_step import acall_step, call_step
-from langgraph_resilience.graph.model import ResilientChatModel, resilient_model
-from langgraph_resilience.graph.model_streaming import Ask
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.pending import AnswerPendingNode, route_entry
-from langgraph_resilience.graph.retry import RetryNode
-from langgraph_resilience.graph.router import next_step
-from langgraph_resilience.graph.run_lease import RUN_LEASES
-from langgraph_resilience.graph.state import ResilienceLedger, apply_update
-from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode
-from langgraph_resilience.graph.wiring import check_profiles, recovery_nodes
 from langgraph_resilience.stores.breakers import InMemoryBreakerStore
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 

@@ -19,13 +19,13 @@ from typing import Any
 from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.types import Command
 
+from langgraph_resilience._graph.state import CallRecord
 from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.loops import LoopKind
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.redaction import mask_args, redact
 from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.errors import ExhaustionReason, FailureClass, ToolError
-from langgraph_resilience.graph.state import CallRecord
 
 __all__ = [
     "BreakerReport",

@@ -3,10 +3,10 @@
 `GuardedToolNode` composes a real `ToolNode` (so tool-argument injection,
 `InjectedState`, `ToolRuntime`, `Command` returns and parallel calls behave
 exactly as in LangGraph) and intercepts each call through ToolNode's public
-``wrap_tool_call`` hook (`graph.tool_call`: breakers, timeout, exactly-once, one
-classification). Which calls run is `graph.tool_batch`'s choice; what becomes of
-them, `graph.tool_step`'s. The step is one `core.flow` flow (``_step``: a short
-backoff is retried inside it, `graph.step_retry`), driven by ``run`` and ``arun``.
+``wrap_tool_call`` hook (`_graph.tool_call`: breakers, timeout, exactly-once, one
+classification). Which calls run is `_graph.tool_batch`'s choice; what becomes of
+them, `_graph.tool_step`'s. The step is one `core.flow` flow (``_step``: a short
+backoff is retried inside it, `_graph.step_retry`), driven by ``run`` and ``arun``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,21 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from langgraph_resilience._graph.answers import error_message, tool_error_of
+from langgraph_resilience._graph.exactly_once import (
+    OutcomeUnknownError,
+    current_idempotency_key,
+    current_item_keys,
+)
+from langgraph_resilience._graph.mcp import servers_of
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.run_lease import RUN_LEASES, current_run
+from langgraph_resilience._graph.step_retry import retried_in_step
+from langgraph_resilience._graph.step_scope import in_step, step_ledger
+from langgraph_resilience._graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
+from langgraph_resilience._graph.tool_call import Answer, CallInterceptor
+from langgraph_resilience._graph.tool_guards import ToolGuards
+from langgraph_resilience._graph.tool_step import finish_step
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.classification import DEFAULT_RULES, Rule
@@ -36,21 +51,6 @@ from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError
-from langgraph_resilience.graph.answers import error_message, tool_error_of
-from langgraph_resilience.graph.exactly_once import (
-    OutcomeUnknownError,
-    current_idempotency_key,
-    current_item_keys,
-)
-from langgraph_resilience.graph.mcp import servers_of
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.run_lease import RUN_LEASES, current_run
-from langgraph_resilience.graph.step_retry import retried_in_step
-from langgraph_resilience.graph.step_scope import in_step, step_ledger
-from langgraph_resilience.graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
-from langgraph_resilience.graph.tool_call import Answer, CallInterceptor
-from langgraph_resilience.graph.tool_guards import ToolGuards
-from langgraph_resilience.graph.tool_step import finish_step
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 from langgraph_resilience.stores.effect_ledger import LedgerResolver
 
@@ -149,7 +149,7 @@ class GuardedToolNode(ResilienceNode):
             rng=self.settings.rng,
             messages_key=messages_key,
         )
-        """Each call's interception (`graph.tool_call`)."""
+        """Each call's interception (`_graph.tool_call`)."""
 
     def _settings(
         self, rng: random.Random | None, can_repair: bool, can_replan: bool, can_escalate: bool
@@ -202,7 +202,7 @@ class GuardedToolNode(ResilienceNode):
     def wrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Answer]
     ) -> Answer:
-        """ToolNode's ``wrap_tool_call``: the call's interception (`graph.tool_call`)."""
+        """ToolNode's ``wrap_tool_call``: the call's interception (`_graph.tool_call`)."""
         return self.calls.wrap_tool_call(request, execute)
 
     async def awrap_tool_call(
@@ -271,7 +271,7 @@ class GuardedToolNode(ResilienceNode):
 
     def enter_run(self, config: RunnableConfig) -> None:
         """At the graph's entry: take the run's lease of its thread when a tool has side
-        effects (`graph.run_lease`), so a second run on a running thread is refused
+        effects (`_graph.run_lease`), so a second run on a running thread is refused
         before its model is asked."""
         ledger = self._ledgers.resolve(config)
         if ledger is not None:

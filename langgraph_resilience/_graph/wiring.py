@@ -28,6 +28,15 @@ from langchain_core.tools import BaseTool
 from langgraph.channels.binop import BinaryOperatorAggregate
 from langgraph.graph import END, START, StateGraph
 
+from langgraph_resilience._graph.escalate import EscalateNode
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.pending import AnswerPendingNode, route_entry
+from langgraph_resilience._graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
+from langgraph_resilience._graph.repair import RepairNode
+from langgraph_resilience._graph.retry import RetryNode
+from langgraph_resilience._graph.router import Next, SelfRouted, next_step, route_after_agent
+from langgraph_resilience._graph.state import merge_ledger
+from langgraph_resilience._graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.classification import Rule
@@ -37,15 +46,6 @@ from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import ConfigurationError
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph.escalate import EscalateNode
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.pending import AnswerPendingNode, route_entry
-from langgraph_resilience.graph.planner import PlanExecutorNode, PlannerNode, route_after_executor
-from langgraph_resilience.graph.repair import RepairNode
-from langgraph_resilience.graph.retry import RetryNode
-from langgraph_resilience.graph.router import Next, SelfRouted, next_step, route_after_agent
-from langgraph_resilience.graph.state import merge_ledger
-from langgraph_resilience.graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience.stores.budgets import InMemoryRetryBudgetStore, PostgresRetryBudgetStore
 
 __all__ = ["DEFAULT_NODE_NAMES", "add_resilience"]
@@ -381,7 +381,7 @@ class _Router(Runnable[Any, Any]):
     events; those after the recovery nodes, off the clean path, do (`_traced`).
 
     With `leases` (a graph with side effects), the entry router takes the run's lease of
-    its thread (`graph.run_lease`) and the router after the agent gives it back when the
+    its thread (`_graph.run_lease`) and the router after the agent gives it back when the
     run ends there; in the run's context, as a node has it."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """A side-effecting call's effect: its identity and claim, and its run with the keys.
 
 The idempotency key is bound to the call's slot in the thread (its assistant message
-and position, `graph.tool_batch`), never to the provider's tool-call id, which
+and position, `_graph.tool_batch`), never to the provider's tool-call id, which
 providers reuse; the tool runs with the key (and a batch call's per-item keys) in
 context, so it can hand them to the service it calls.
 """
@@ -18,6 +18,12 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
+from langgraph_resilience._graph.answers import tool_error_of
+from langgraph_resilience._graph.exactly_once import Effect, effect_context
+from langgraph_resilience._graph.in_flight import executing
+from langgraph_resilience._graph.run_lease import current_run
+from langgraph_resilience._graph.saved_step import step_to_save
+from langgraph_resilience._graph.step_scope import STEP, StepScope
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.decision import retry_wait
@@ -25,12 +31,6 @@ from langgraph_resilience.core.effects import effect_identity, item_idempotency_
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.errors import FailureClass
-from langgraph_resilience.graph.answers import tool_error_of
-from langgraph_resilience.graph.exactly_once import Effect, effect_context
-from langgraph_resilience.graph.in_flight import executing
-from langgraph_resilience.graph.run_lease import current_run
-from langgraph_resilience.graph.saved_step import step_to_save
-from langgraph_resilience.graph.step_scope import STEP, StepScope
 from langgraph_resilience.stores.effect_ledger import run_checkpointer
 
 __all__ = ["EffectReading", "ascoped", "effect_of", "looked_since_unknown", "messages_of", "scoped"]

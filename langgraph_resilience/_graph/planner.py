@@ -38,6 +38,11 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel
 
+from langgraph_resilience._graph import state as ledger_state
+from langgraph_resilience._graph.answers import tool_error_of
+from langgraph_resilience._graph.node import ResilienceNode
+from langgraph_resilience._graph.router import Next, next_step
+from langgraph_resilience._graph.tools import error_message
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.clock import SystemClock
@@ -59,11 +64,6 @@ from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.core.validation import parsed_content
 from langgraph_resilience.errors import FailureClass, ToolError
 from langgraph_resilience.events import Event, emit
-from langgraph_resilience.graph import state as ledger_state
-from langgraph_resilience.graph.answers import tool_error_of
-from langgraph_resilience.graph.node import ResilienceNode
-from langgraph_resilience.graph.router import Next, next_step
-from langgraph_resilience.graph.tools import error_message
 
 __all__ = ["PLANNER_NAME", "PlanExecutorNode", "PlannerNode", "route_after_executor"]
 
