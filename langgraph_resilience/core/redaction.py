@@ -109,7 +109,8 @@ def is_secret_key(key: object) -> bool:
 # cost the engine its fast scan for a first character): the token callbacks check
 # what stands before a match instead, and cheap substring tests skip whole scans.
 
-_KEY_END = r"""(?:\\?["'])?[ \t]*[:=][ \t]*"""  # a quoted key's quote, then ':' or '='
+# a quoted key's quote, then ':' or '=' (or ':=', '::', '=>', as in Go, Ruby, PHP)
+_KEY_END = r"""(?:\\?["'])?[ \t]*(?:=>|:[:=]|[:=])[ \t]*"""
 _QUOTED = (
     r"""\\"(?:[^\\\n]|\\\\\\"|\\[^"\n])*+(?:\\")?"""  # \"...\" in JSON text in a JSON string
     r"""|[bBrRuU]?"(?:[^"\\\n]|\\.)*+"?"""  # "...", escapes included, to the line's end
