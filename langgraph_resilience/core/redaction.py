@@ -44,6 +44,7 @@ import re
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
+from langgraph_resilience.core import secret_catalogue
 from langgraph_resilience.errors import ConfigurationError
 
 __all__ = [
@@ -364,6 +365,7 @@ def add_secret_pattern(pattern: str | re.Pattern[str]) -> Callable[[], None]:
 def _scrub(text: str, *, truncated: bool = False) -> str:
     if "-----BEGIN" in text:
         text = _pem(text)
+    text = _catalogued(text)  # before our rules: they may redact what a format needs around it
     if ":" in text or "=" in text:
         lowered = text.lower()
         if "key" in lowered or "provided" in lowered:  # first: "pwd= ... key provided: X"
@@ -375,6 +377,19 @@ def _scrub(text: str, *, truncated: bool = False) -> str:
     for pattern in tuple(_EXTRA):
         text = pattern.sub(REDACTED, text)
     return text
+
+
+def _catalogued(text: str) -> str:
+    """What detect-secrets' formats find, redacted; nothing when it is not installed."""
+    found = secret_catalogue.spans(text)
+    if not found:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for start, end in found:
+        parts += [text[pos:start], REDACTED]
+        pos = end
+    return "".join(parts) + text[pos:]
 
 
 def _head(text: str, limit: int) -> str:
