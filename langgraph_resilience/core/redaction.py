@@ -34,6 +34,13 @@ What is caught, and by which scan:
   Stripe ``sk_live_``/``rk_live_`` (and ``_test_``), Google ``AIza...``, Twilio
   ``SK`` + 32 hex, SendGrid ``SG.<id>.<secret>``, ``npm_``, Hugging Face ``hf_``;
   Azure's ``AccountKey=``/``SharedAccessKey=`` and a SAS URL's ``sig=`` as pairs.
+* With detect-secrets installed (``pip install "langgraph-resilience[secrets]"``),
+  every credential format of its plugin catalogue (`core.secret_catalogue`: AWS,
+  GitLab, PyPI, Discord, Telegram, IBM, private-key headers, ...), first, since our
+  rules may redact part of what a format needs around its secret. Not its entropy
+  plugins: a commit hash or a uuid comes out as it went in. Its regexes were written for
+  files, not hostile text (npm's is quadratic in a line), so none ever runs on more than
+  `secret_catalogue.WINDOW` characters at a time: still linear.
 * Patterns you add with `add_secret_pattern`.
 """
 
