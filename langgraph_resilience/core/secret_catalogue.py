@@ -156,30 +156,65 @@ def spans(text: str) -> list[tuple[int, int]]:
     A match counts from its first group (the secret, not the ``key =`` before it) to the
     end of its word.
     """
-    catalogue = _catalogue()
-    if not catalogue or len(text) < min(f.shortest for f in catalogue):
+    plan = _plan(_catalogue())
+    if plan is None or len(text) < plan.least:
         return []
     view, moved, shift = _collapsed(text)
     found: list[tuple[int, int]] = []
-    for phrase in (f.phrase for f in catalogue if f.phrase is not None):
-        found += _headers(view, phrase)
-    found += _scan(view, [f for f in catalogue if f.phrase is None])
+    for phrase in plan.phrases:
+        if phrase in view:
+            found += _headers(view, phrase)
+    found += _scan(view, plan)
     if moved:  # back to the positions of `text`
         found = [(_back(at, moved, shift), _back(stop, moved, shift)) for at, stop in found]
     return _merged(found)
 
 
-def _scan(text: str, scanned: list[Format]) -> list[tuple[int, int]]:
+@dataclass(frozen=True)
+class _Plan:
+    """The catalogue arranged for `spans`: a short text skips what cannot fit in it."""
+
+    catalogue: tuple[Format, ...]
+    phrases: tuple[str, ...]
+    scanned: tuple[Format, ...]
+    """The formats that are no phrase, the shortest first."""
+    shortest: tuple[int, ...]
+    """Their `Format.shortest`, in the same order."""
+    least: int
+    """The fewest characters any format matches."""
+
+
+_planned: list[_Plan] = []
+
+
+def _plan(catalogue: tuple[Format, ...]) -> _Plan | None:
+    if not catalogue:
+        return None
+    if _planned and _planned[0].catalogue is catalogue:
+        return _planned[0]
+    scanned = tuple(sorted((f for f in catalogue if f.phrase is None), key=lambda f: f.shortest))
+    plan = _Plan(
+        catalogue=catalogue,
+        phrases=tuple(f.phrase for f in catalogue if f.phrase is not None),
+        scanned=scanned,
+        shortest=tuple(f.shortest for f in scanned),
+        least=min(f.shortest for f in catalogue),
+    )
+    _planned[:] = [plan]
+    return plan
+
+
+def _scan(text: str, plan: _Plan) -> list[tuple[int, int]]:
     found: list[tuple[int, int]] = []
     start, size = 0, len(text)
     while True:
         end = min(start + WINDOW, size)
         window = text[start:end]
         lowered = window.lower() if window.isascii() else None  # else no skipping
-        for entry in scanned:
-            if end - start < entry.shortest or (
-                lowered is not None and entry.needs and not any(n in lowered for n in entry.needs)
-            ):
+        fitting = bisect.bisect_right(plan.shortest, end - start)
+        for index in range(fitting):
+            entry = plan.scanned[index]
+            if lowered is not None and entry.needs and not any(n in lowered for n in entry.needs):
                 continue
             matches = entry.pattern.finditer(text, start, end)
             found.extend(_secret(m) for m in matches if m.end() > m.start())
