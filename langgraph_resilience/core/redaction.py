@@ -34,6 +34,13 @@ What is caught, and by which scan:
   Stripe ``sk_live_``/``rk_live_`` (and ``_test_``), Google ``AIza...``, Twilio
   ``SK`` + 32 hex, SendGrid ``SG.<id>.<secret>``, ``npm_``, Hugging Face ``hf_``;
   Azure's ``AccountKey=``/``SharedAccessKey=`` and a SAS URL's ``sig=`` as pairs.
+* With detect-secrets installed (``pip install "langgraph-resilience[secrets]"``),
+  every credential format of its plugin catalogue (`core.secret_catalogue`: AWS,
+  GitLab, PyPI, Discord, Telegram, IBM, private-key headers, ...), first, since our
+  rules may redact part of what a format needs around its secret. Not its entropy
+  plugins: a commit hash or a uuid comes out as it went in. Its regexes were written for
+  files, not hostile text (npm's is quadratic in a line), so none ever runs on more than
+  `secret_catalogue.WINDOW` characters at a time: still linear.
 * Patterns you add with `add_secret_pattern`.
 """
 
@@ -44,6 +51,7 @@ import re
 from collections.abc import Callable, Mapping, Set
 from typing import Any
 
+from langgraph_resilience.core import secret_catalogue
 from langgraph_resilience.errors import ConfigurationError
 
 __all__ = [
@@ -109,7 +117,8 @@ def is_secret_key(key: object) -> bool:
 # cost the engine its fast scan for a first character): the token callbacks check
 # what stands before a match instead, and cheap substring tests skip whole scans.
 
-_KEY_END = r"""(?:\\?["'])?[ \t]*[:=][ \t]*"""  # a quoted key's quote, then ':' or '='
+# a quoted key's quote, then ':' or '=' (or ':=', '::', '=>', as in Go, Ruby, PHP)
+_KEY_END = r"""(?:\\?["'])?[ \t]*(?:=>|:[:=]|[:=])[ \t]*"""
 _QUOTED = (
     r"""\\"(?:[^\\\n]|\\\\\\"|\\[^"\n])*+(?:\\")?"""  # \"...\" in JSON text in a JSON string
     r"""|[bBrRuU]?"(?:[^"\\\n]|\\.)*+"?"""  # "...", escapes included, to the line's end
@@ -363,6 +372,7 @@ def add_secret_pattern(pattern: str | re.Pattern[str]) -> Callable[[], None]:
 def _scrub(text: str, *, truncated: bool = False) -> str:
     if "-----BEGIN" in text:
         text = _pem(text)
+    text = _catalogued(text)  # before our rules: they may redact what a format needs around it
     if ":" in text or "=" in text:
         lowered = text.lower()
         if "key" in lowered or "provided" in lowered:  # first: "pwd= ... key provided: X"
@@ -374,6 +384,19 @@ def _scrub(text: str, *, truncated: bool = False) -> str:
     for pattern in tuple(_EXTRA):
         text = pattern.sub(REDACTED, text)
     return text
+
+
+def _catalogued(text: str) -> str:
+    """What detect-secrets' formats find, redacted; nothing when it is not installed."""
+    found = secret_catalogue.spans(text)
+    if not found:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for start, end in found:
+        parts += [text[pos:start], REDACTED]
+        pos = end
+    return "".join(parts) + text[pos:]
 
 
 def _head(text: str, limit: int) -> str:

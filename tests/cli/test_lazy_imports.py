@@ -1,5 +1,6 @@
 """`--help` and `import langgraph_resilience` import nothing heavy: LangGraph, LangChain,
-psycopg and the demo are imported by the command or the name that needs them."""
+psycopg, detect-secrets and the demo are imported by the command or the name that needs
+them."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ HEAVY = (
     "rich",
     "mcp",
     "langchain_mcp_adapters",
+    "detect_secrets",  # the `secrets` extra: imported by the first redaction
 )
 
 
