@@ -60,7 +60,7 @@ def test_a_name_is_imported_on_first_use() -> None:
 
 def test_the_mcp_extra_is_imported_only_by_what_serves_or_loads_mcp_tools() -> None:
     """A graph without MCP tools never imports the optional mcp extra, even though
-    the tools node knows MCP tools (graph/mcp.py imports it only when serving)."""
+    the tools node knows MCP tools (_graph/mcp.py imports it only when serving)."""
     script = (
         "import langgraph_resilience as l; l.add_resilience; l.GuardedToolNode; "
         "from langgraph_resilience.mcp import McpSessions"

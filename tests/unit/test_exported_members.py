@@ -23,9 +23,9 @@ _PURE_CORES = (
     "core.redaction",
     "core.backoff",
     "core.decision",
-    "graph.router",
-    "graph.retry",
-    "graph.state",
+    "_graph.router",
+    "_graph.retry",
+    "_graph.state",
 )
 
 

@@ -90,7 +90,7 @@ def test_the_rules_catch_a_violation(tmp_path: pathlib.Path) -> None:
     root = tmp_path / "langgraph_resilience"
     (root / "core").mkdir(parents=True)
     probe = root / "core" / "probe.py"
-    probe.write_text("from ..graph import tools\nimport psycopg\n", encoding="utf-8")
+    probe.write_text("from .._graph import tools\nimport psycopg\n", encoding="utf-8")
     found = _violations("core", root)
     assert any("imports langgraph_resilience._graph" in v for v in found)
     assert any("imports psycopg" in v for v in found)
