@@ -78,10 +78,10 @@ def formats() -> tuple[Format, ...]:
 
     Imported on the first call (not with the package): the library takes ~0.1 s to load.
     """
-    return _catalogue()
+    plan = _planned()
+    return () if plan is None else plan.catalogue
 
 
-@functools.cache
 def _catalogue() -> tuple[Format, ...]:
     try:
         from detect_secrets.core.plugins.util import (  # noqa: PLC0415 (lazy: the extra)
@@ -156,7 +156,7 @@ def spans(text: str) -> list[tuple[int, int]]:
     A match counts from its first group (the secret, not the ``key =`` before it) to the
     end of its word.
     """
-    plan = _plan(_catalogue())
+    plan = _planned()
     if plan is None or len(text) < plan.least:
         return []
     view, moved, shift = _collapsed(text)
@@ -184,24 +184,21 @@ class _Plan:
     """The fewest characters any format matches."""
 
 
-_planned: list[_Plan] = []
-
-
-def _plan(catalogue: tuple[Format, ...]) -> _Plan | None:
+@functools.cache
+def _planned() -> _Plan | None:
+    """The catalogue read from detect-secrets and arranged for `spans`, once per
+    process (None without detect-secrets)."""
+    catalogue = _catalogue()
     if not catalogue:
         return None
-    if _planned and _planned[0].catalogue is catalogue:
-        return _planned[0]
     scanned = tuple(sorted((f for f in catalogue if f.phrase is None), key=lambda f: f.shortest))
-    plan = _Plan(
+    return _Plan(
         catalogue=catalogue,
         phrases=tuple(f.phrase for f in catalogue if f.phrase is not None),
         scanned=scanned,
         shortest=tuple(f.shortest for f in scanned),
         least=min(f.shortest for f in catalogue),
     )
-    _planned[:] = [plan]
-    return plan
 
 
 def _scan(text: str, plan: _Plan) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ text, whatever the text; and without detect-secrets our own rules still stand.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import json
 import random
@@ -60,10 +61,10 @@ def without_catalogue(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "detect_secrets.plugins.base",
     ):
         monkeypatch.setitem(sys.modules, name, None)
-    secret_catalogue._catalogue.cache_clear()
+    secret_catalogue._planned.cache_clear()
     yield
     monkeypatch.undo()
-    secret_catalogue._catalogue.cache_clear()
+    secret_catalogue._planned.cache_clear()
 
 
 def _secret(entry: Format, credential: str) -> str:
@@ -213,7 +214,7 @@ def test_no_catalogue_regex_runs_on_more_than_a_window(
         dataclasses.replace(f, pattern=Recording(f.pattern, runs))  # type: ignore[arg-type]
         for f in FORMATS
     )
-    monkeypatch.setattr(secret_catalogue, "_catalogue", lambda: recorded)
+    _use(monkeypatch, recorded)
     redact(text, limit=None)
     assert max(map(len, runs), default=0) <= WINDOW
     assert not any("  " in run for run in runs)
@@ -235,11 +236,23 @@ def test_a_window_lacking_what_a_regex_needs_skips_it(
         for f in FORMATS
     )
     assert recorded != FORMATS
-    monkeypatch.setattr(secret_catalogue, "_catalogue", lambda: recorded)
+    _use(monkeypatch, recorded)
     redact("/" * 100_000, limit=None)
     assert runs == []
     redact("/" * 100_000 + "/:_authToken=x", limit=None)
     assert 1 <= len(runs) <= 2
+
+
+def _use(monkeypatch: pytest.MonkeyPatch, formats: tuple[Format, ...]) -> None:
+    """Redact with `formats` as the catalogue for the rest of the test (the plan, cached
+    per process, is made anew from them now and from the real catalogue after)."""
+    secret_catalogue._planned.cache_clear()
+    monkeypatch.setattr(secret_catalogue, "_catalogue", lambda: formats)
+    monkeypatch.setattr(secret_catalogue, "_planned", functools.cache(_unplanned()))
+
+
+def _unplanned() -> Any:
+    return secret_catalogue._planned.__wrapped__  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- without the catalogue
