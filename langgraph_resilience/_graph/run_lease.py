@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import gc
 import itertools
+import queue
 import threading
 import time
 import weakref
@@ -159,6 +160,7 @@ class RunLeases:
             known = self._runs.get(run)
             if known is None:
                 known = self._runs[run] = {}
+                _start_releaser()
                 weakref.finalize(run, _release_all, known)
             known[key] = held
         return held
@@ -192,6 +194,7 @@ class RunLeases:
                 lease = await _atake(runner, key)
             except ThreadBusyError:
                 gc.collect()  # see _collected_first
+                await _areleased_collected()
                 lease = await _atake(runner, key)
             return self._keep(run, key, lease).lease
         if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
@@ -282,6 +285,7 @@ def _collected_first(take: Callable[[], Lease | _Local]) -> Lease | _Local:
         return take()
     except ThreadBusyError:
         gc.collect()
+        _released_collected()
         return take()
 
 
@@ -333,9 +337,74 @@ def _give_back(lease: Lease | _Local) -> None:
 
 _PENDING: set[asyncio.Task[None]] = set()
 
+_RELEASE_WAIT = 5.0
+"""How long a take refused by a collected run waits for that run's lease to go back."""
+
+_RELEASES: queue.SimpleQueue[Lease | _Local | threading.Event] = queue.SimpleQueue()
+"""Leases of runs whose writer was collected, for the releaser thread to give back."""
+
+_RELEASER: list[threading.Thread] = []
+_RELEASER_GUARD = threading.Lock()
+
 
 def _release_all(held: dict[str, _Held]) -> None:
-    """A run's writer was collected: the run is over, however it ended."""
-    for item in list(held.values()):
-        _give_back(item.lease)
+    """A run's writer was collected: the run is over, however it ended.
+
+    A finalizer runs wherever the collector does: inside a lock this very thread holds
+    (``ThreadPoolExecutor.submit``'s, a lease table's), where giving a lease back would
+    wait for itself forever. So it only hands each lease over, through calls that take
+    no lock: to this thread's event loop, as a callback of its next turn, or to the
+    releaser thread (``SimpleQueue.put`` is reentrant)."""
+    leases = [item.lease for item in list(held.values())]
     held.clear()
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    for lease in leases:
+        try:
+            if loop is not None:
+                loop.call_soon_threadsafe(_give_back, lease)
+                continue
+        except RuntimeError:  # the loop is closing: the releaser thread takes it
+            pass
+        _RELEASES.put(lease)
+
+
+def _start_releaser() -> None:
+    """Start the thread that gives back the leases `_release_all` hands over (once, from
+    ordinary code: starting a thread takes locks a finalizer must not)."""
+    with _RELEASER_GUARD:
+        if not _RELEASER:
+            thread = threading.Thread(target=_releaser, name="lgr-lease-release", daemon=True)
+            thread.start()
+            _RELEASER.append(thread)
+
+
+def _releaser() -> None:
+    while True:
+        item = _RELEASES.get()
+        if isinstance(item, threading.Event):
+            item.set()  # a barrier: every lease handed over before it is back
+        else:
+            _give_back(item)
+
+
+def _released_collected() -> None:
+    """Wait until the leases collected runs handed over so far are given back (at most
+    `_RELEASE_WAIT`): they go in order, so a barrier after them says when."""
+    _start_releaser()
+    done = threading.Event()
+    _RELEASES.put(done)
+    done.wait(_RELEASE_WAIT)
+
+
+async def _areleased_collected() -> None:
+    """Async `_released_collected`: this loop's own hand-overs first (its next turn),
+    their async releases, then the releaser thread's."""
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    mine = [task for task in _PENDING if task.get_loop() is loop]
+    if mine:
+        await asyncio.wait(mine, timeout=_RELEASE_WAIT)
+    await loop.run_in_executor(None, _released_collected)

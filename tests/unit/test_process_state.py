@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "langgraph_resilience"
 _CONTAINERS = frozenset(
     {"dict", "set", "list", "OrderedDict", "defaultdict", "WeakKeyDictionary"}
-    | {"WeakValueDictionary", "WeakSet", "RunLeases", "_LocalLeases"}
+    | {"WeakValueDictionary", "WeakSet", "SimpleQueue", "RunLeases", "_LocalLeases"}
 )
 
 
