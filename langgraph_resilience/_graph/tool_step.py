@@ -92,11 +92,8 @@ def finish_step(
     ledger = read_ledger(state)
     results, commands = split_output(output, cfg.messages_key)
     outcomes = outcomes or {}
-    refused = {
-        call_id
-        for call_id, o in outcomes.items()
-        if o.raised is not None and not o.raised.executed and call_id in results
-    }
+    raised = {call_id: o.raised for call_id, o in outcomes.items() if o.raised is not None}
+    refused = {call_id for call_id, r in raised.items() if not r.executed and call_id in results}
     executed = len(batch.runnable) - len(refused)
     started_at = batch.task.get("started_at")
     step = Step(
@@ -107,8 +104,7 @@ def finish_step(
     )
     for issued in batch.runnable:
         call_id = issued["id"] or ""
-        outcome = outcomes.get(call_id) or CallOutcome()
-        message = results.get(call_id)
+        message, outcome = results.get(call_id), outcomes.get(call_id) or CallOutcome()
         _settle_call(cfg, step, batch, issued, message, outcome=outcome, refused=refused)
     calls = ledger.get("calls") or {}
     for item in batch.preflight:
@@ -136,15 +132,9 @@ def _settle_call(
     slot = batch.slots[call_id]
     previous = (step.ledger.get("calls") or {}).get(slot)
     ran = call_id not in refused
-    fixed = outcome.coercion if message is not None else None
-    raised = outcome.raised if message is not None else None
-    if (
-        previous is None
-        and ran
-        and fixed is None
-        and raised is None
-        and _clean_first_try(cfg, batch, issued, message)
-    ):
+    fixed, raised = (outcome.coercion, outcome.raised) if message is not None else (None, None)
+    first_try = previous is None and ran and fixed is None and raised is None
+    if first_try and _clean_first_try(cfg, batch, issued, message):
         _settle_clean(cfg, step, batch, issued, message)  # type: ignore[arg-type]
         return
     call = issued if fixed is None else {**issued, "args": fixed.args}
