@@ -38,6 +38,7 @@ from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.errors import ThreadLockLostError
 from langgraph_resilience.events import Event, emit, logger
 from langgraph_resilience.stores import values
+from langgraph_resilience.stores.group_commit import AsyncGroupCommit, GroupCommit, Items, Rows
 
 __all__ = [
     "COLUMNS",
@@ -116,6 +117,40 @@ class LedgerDialect:
     stale_of: Callable[[Any], bool] | None = None
     """Whether an outcome's row says the writer's lease is gone: the outcome is kept
     (an effect that ran is a fact) and the run is stopped right after."""
+    intents_unresolved: str | None = None
+    """`intent_unresolved` for several keys of one thread (arrays ``keys``, ``tools``,
+    ``args``, ``fingerprints``), each row naming the key it answers (``lgr_for``):
+    a step's concurrent claims in one statement (`group_commit`). None: one each."""
+    outcomes: str | None = None
+    """`outcome` for several keys (arrays ``keys``, ``statuses``, ``results``)."""
+    relaxed_outcomes: str | None = None
+    """`relaxed_outcome` for several keys."""
+
+
+_ARRAYS = {
+    "key": "keys",
+    "tool": "tools",
+    "args": "args",
+    "fingerprint": "fingerprints",
+    "status": "statuses",
+    "result": "results",
+}
+"""A grouped statement's per-key parameters, each sent as an array (its name)."""
+_SHARED = ("thread_id", "fences")
+"""A grouped statement's parameters shared by its group."""
+_Groups = tuple[GroupCommit, AsyncGroupCommit]
+
+
+def _grouped_by(
+    send: Callable[[str, str, Items], Flow[Rows]], one: str | None, many: str | None
+) -> _Groups | None:
+    """Group commit of statement `one` through `many`, when the backend has both."""
+    if one is None or many is None:
+        return None
+    return (
+        GroupCommit(lambda items: drive(send(one, many, items), _NEVER_SLEEPS)),
+        AsyncGroupCommit(lambda items: adrive(send(one, many, items), _NEVER_SLEEPS)),
+    )
 
 
 def _lost_claim(key: str) -> RuntimeError:
@@ -342,6 +377,12 @@ class SqlIdempotencyStore:
         self._runner = runner
         self._dialect = dialect
         self._outcome_sql = dialect.relaxed_outcome if relaxed else dialect.outcome
+        many = dialect.relaxed_outcomes if relaxed else dialect.outcomes
+        self._claims = _grouped_by(
+            self._sent, dialect.intent_unresolved, dialect.intents_unresolved
+        )
+        """A step's concurrent claims, sent as one statement (None: each on its own)."""
+        self._outcomes = _grouped_by(self._sent, self._outcome_sql, many)
         self._behind = OutcomeWriter(self._write_deferred) if deferred and not is_async else None
         """Outcomes handed over by `defer_outcome`, not written yet (None: never deferred)."""
         self._tasks = OutcomeTasks(self._awrite_deferred) if deferred and is_async else None
@@ -447,6 +488,32 @@ class SqlIdempotencyStore:
         """One statement of a script: its rows are sent back into the script."""
         return Call(self._rows, self._arows, (query, params))
 
+    def _grouped(self, groups: _Groups | None, sql: str, params: dict[str, Any]) -> Call:
+        """A statement of one key, sent with the concurrent ones of its group (its
+        thread and lease) when the backend can send them as one."""
+        if groups is None:
+            return self._run(sql, params)
+        sync, async_ = groups
+        group = (params.get("thread_id"), params.get("fences"))
+        return Call(sync.rows, async_.rows, (group, params["key"], params))
+
+    def _sent(self, one: str, many: str, items: Items) -> Flow[Rows]:
+        """One statement for the items: `one`'s for a lone key, else `many`'s with each
+        per-key parameter as an array, its rows split by the key they answer."""
+        if len(items) == 1:
+            ((key, params),) = items.items()
+            return {key: (yield self._run(one, params))}
+        first = next(iter(items.values()))
+        arrays: dict[str, Any] = {name: first[name] for name in _SHARED if name in first}
+        for name, plural in _ARRAYS.items():
+            if name in first:
+                arrays[plural] = [params[name] for params in items.values()]
+        rows = yield self._run(many, arrays)
+        found: dict[str, list[Any]] = {key: [] for key in items}
+        for row in rows:
+            found[row["lgr_for" if "lgr_for" in row else "key"]].append(row)
+        return dict(found.items())
+
     def _claim(
         self, key: str, tool: str, args_json: str, thread_id: str, fingerprint: str | None
     ) -> Flow[Claim]:
@@ -473,7 +540,7 @@ class SqlIdempotencyStore:
         together = dialect.intent_unresolved if fingerprint is not None else None
         for _ in range(_CLAIM_RETRIES):
             if together is not None:
-                rows = yield self._run(together, params)
+                rows = yield self._grouped(self._claims, together, params)
                 if any(row["lgr_kind"] == "new" for row in rows):
                     found = [dialect.record_of(r) for r in rows if r["lgr_kind"] == "sibling"]
                     found.sort(key=lambda r: (r.created_at, r.key))
@@ -500,7 +567,7 @@ class SqlIdempotencyStore:
         # returns its key only
         recorded = IdempotencyRecord(key=key, status=outcome, result=json.loads(text))
         for _ in range(_CLAIM_RETRIES):
-            rows = yield self._run(self._outcome_sql, params)
+            rows = yield self._grouped(self._outcomes, self._outcome_sql, params)
             if rows:
                 if dialect.stale_of is not None and dialect.stale_of(rows[0]):
                     raise ThreadLockLostError(str(rows[0]["thread_id"]), "outcome kept")
