@@ -125,6 +125,18 @@ def fetch(cur: Any, query: Any, params: Any = None) -> Flow[list[Any]]:
     return rows
 
 
+@contextlib.contextmanager
+def _kept(exc: BaseException) -> Iterator[None]:
+    """A rollback after `exc` that fails does not replace it: a Ctrl-C that lands while
+    a statement is in flight leaves the connection busy ("another command is already
+    in progress"), and the user's interrupt must stop the run, not become a ledger
+    failure that is retried. The pool discards the connection it gets back."""
+    try:
+        yield
+    except psycopg.Error:
+        raise exc from None
+
+
 def _raise_ours(exc: BaseException) -> None:
     """A driver error that means something of ours, raised as what it means: a write the
     database refused because the writer's thread lease is gone (`ThreadLockLostError`),
@@ -298,7 +310,8 @@ class Postgres:
                 return drive(work(cur, *args), _NEVER_SLEEPS)
             except BaseException as exc:
                 if conn.info.transaction_status != TransactionStatus.IDLE:
-                    conn.rollback()
+                    with _kept(exc):
+                        conn.rollback()
                 _raise_ours(exc)
                 raise
 
@@ -319,7 +332,8 @@ class Postgres:
                 return await adrive(work(cur, *args), _NEVER_SLEEPS)
             except BaseException as exc:
                 if conn.info.transaction_status != TransactionStatus.IDLE:
-                    await conn.rollback()
+                    with _kept(exc):
+                        await conn.rollback()
                 _raise_ours(exc)
                 raise
 
