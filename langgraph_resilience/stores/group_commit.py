@@ -2,10 +2,10 @@
 
 The calls of a step run in parallel, and each writes its intent before its effect
 and its outcome after. Sent one by one, N calls cost N statements and N commits, so
-a step's cost grew with its calls. Here the first writer of a group (one step: a
-thread and its lease) sends its own statement at once, so a lone call waits for
-nothing; writers that come while that statement is in flight queue, and go together
-as one statement when it returns. Each writer goes on only once the statement that
+a step's cost grew with its calls. Here the first `LANES` writers of a group (one
+step: a thread and its lease) send their own statements at once, so a lone call or a
+pair waits for nothing; writers that come while those are in flight queue, and go
+together as one statement when one of them returns. Each writer goes on only once the statement that
 carried its row has committed, so the crash rules are those of a single writer: no
 row is written for a call that is not about to use it.
 
@@ -22,8 +22,12 @@ import threading
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["AsyncGroupCommit", "GroupCommit", "Items", "Rows"]
+__all__ = ["LANES", "AsyncGroupCommit", "GroupCommit", "Items", "Rows"]
 
+LANES = 2
+"""A group's statements in flight at once before the next writers queue: two parallel
+calls go as they did alone (neither waits for the other), and a wider step's writes
+still take a bounded number of statements."""
 Items = dict[str, Mapping[str, Any]]
 """The statements of one batch: each key's parameters, in arrival order."""
 Rows = dict[str, Sequence[Any]]
@@ -46,15 +50,16 @@ class GroupCommit:
     def __init__(self, send: Callable[[Items], Rows]) -> None:
         self._send = send
         self._lock = threading.Lock()
-        self._busy: set[Hashable] = set()
+        self._busy: dict[Hashable, int] = {}
+        """Each group's statements in flight (at most `LANES`)."""
         self._queued: dict[Hashable, _Batch] = {}
 
     def rows(self, group: Hashable, key: str, params: Mapping[str, Any]) -> Sequence[Any]:
         """The rows of `key`'s statement, sent alone or with its group's queued ones."""
         batch: _Batch | None
         with self._lock:
-            if group not in self._busy:
-                self._busy.add(group)
+            if self._busy.get(group, 0) < LANES:
+                self._busy[group] = self._busy.get(group, 0) + 1
                 batch, lead = _Batch({key: params}), True
                 batch.go.set()
             else:
@@ -87,10 +92,12 @@ class GroupCommit:
         """The group's queued batch may go now; else the group is idle."""
         with self._lock:
             queued = self._queued.pop(group, None)
-            if queued is None:
-                self._busy.discard(group)
+            if queued is not None:
+                queued.go.set()  # it takes this statement's lane
+            elif self._busy[group] > 1:
+                self._busy[group] -= 1
             else:
-                queued.go.set()
+                del self._busy[group]
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -107,7 +114,8 @@ class AsyncGroupCommit:
 
     def __init__(self, send: Callable[[Items], Awaitable[Rows]]) -> None:
         self._send = send
-        self._busy: set[Hashable] = set()
+        self._busy: dict[Hashable, int] = {}
+        """Each group's statements in flight (at most `LANES`)."""
         self._queued: dict[Hashable, _AsyncBatch] = {}
         self._senders: set[asyncio.Task[None]] = set()
 
@@ -115,8 +123,8 @@ class AsyncGroupCommit:
         """The rows of `key`'s statement, sent alone or with its group's queued ones."""
         loop = asyncio.get_running_loop()
         group = (id(loop), group)
-        if group not in self._busy:
-            self._busy.add(group)
+        if self._busy.get(group, 0) < LANES:
+            self._busy[group] = self._busy.get(group, 0) + 1
             try:
                 return (await self._send({key: params}))[key]
             finally:
@@ -140,7 +148,10 @@ class AsyncGroupCommit:
     def _hand_over(self, group: Hashable) -> None:
         queued = self._queued.pop(group, None)
         if queued is None or not queued.items:
-            self._busy.discard(group)
+            if self._busy[group] > 1:
+                self._busy[group] -= 1
+            else:
+                del self._busy[group]
             if queued is not None:
                 queued.done.set_result({})
             return

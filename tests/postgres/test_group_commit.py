@@ -1,9 +1,9 @@
 """A step's concurrent claims and outcomes go to PostgreSQL as one statement (group
 commit), on the real server, straight and through PgBouncer in transaction mode.
 
-The first writer's statement is held in flight by a row lock another transaction
-holds on its key, so the writers that come meanwhile queue deterministically; the
-tests count the statements the store sends."""
+The statements of the first two writers (one per lane) are held in flight by row
+locks another transaction holds on their keys, so the writers that come meanwhile
+queue deterministically; the tests count the statements the store sends."""
 
 from __future__ import annotations
 
@@ -73,16 +73,40 @@ def pool(pg_route: str) -> Iterator[ConnectionPool[Any]]:
         yield pool
 
 
-def _holding(dsn: str, key: str) -> psycopg.Connection[Any]:
-    """A transaction holding `key`'s row: a claim or an outcome of it waits until it ends."""
-    conn = psycopg.connect(dsn)
-    conn.execute(
-        "INSERT INTO lgr_idempotency (key, thread_id, status) VALUES (%s, 't', 'pending')"
-        " ON CONFLICT (key) DO NOTHING",
-        (key,),
-    )
-    conn.execute("SELECT 1 FROM lgr_idempotency WHERE key = %s FOR UPDATE", (key,))
-    return conn
+def _in_flight(sent: list[str], start: Callable[[str], Any]) -> None:
+    """Start the writers of the keys held in flight (`HELD`), one by one, each once the
+    previous one's statement is sent: they take both lanes."""
+    for n, key in enumerate(HELD, start=1):
+        start(key)
+        _until(lambda n=n: len(sent) == n, f"{key}'s statement in flight")  # type: ignore[misc]
+
+
+HELD = ("k0", "k1")
+"""The keys whose rows another transaction holds: their writers' statements stay in
+flight (one per lane) until it ends."""
+
+
+def _held_intents(dsn: str) -> list[psycopg.Connection[Any]]:
+    """An intent of each of `HELD` inserted and not committed, each by a transaction of
+    its own: a claim of it waits until that transaction ends."""
+    held = []
+    for key in HELD:
+        conn = psycopg.connect(dsn)
+        conn.execute("INSERT INTO lgr_idempotency (key) VALUES (%s)", (key,))
+        held.append(conn)
+    return held
+
+
+def _release(held: list[psycopg.Connection[Any]]) -> None:
+    for conn in held:
+        conn.rollback()
+        conn.close()
+
+
+def _started(target: Callable[..., Any], *args: Any) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args)
+    thread.start()
+    return thread
 
 
 def test_a_steps_concurrent_claims_go_as_one_statement(
@@ -93,8 +117,7 @@ def test_a_steps_concurrent_claims_go_as_one_statement(
     store.claim("was", tool="pay", args_json='{"a":1}', thread_id="t", fingerprint="F")
     store.record_outcome("was", {"paid": 1})
     sent = _counted(store)
-    blocker = psycopg.connect(pg_dsn)
-    blocker.execute("INSERT INTO lgr_idempotency (key) VALUES ('k0')")  # not committed
+    blocker = _held_intents(pg_dsn)
     claims: dict[str, Claim] = {}
 
     def claim(key: str) -> None:
@@ -102,22 +125,20 @@ def test_a_steps_concurrent_claims_go_as_one_statement(
             key, tool="pay", args_json='{"a":1}', thread_id="t", fingerprint="F"
         )
 
-    first = threading.Thread(target=claim, args=("k0",))
-    first.start()
-    _until(lambda: len(sent) == 1, "the first claim in flight")
-    rest = [threading.Thread(target=claim, args=(f"k{i}",)) for i in range(1, WRITERS)]
-    for thread in rest:
-        thread.start()
-    _until(lambda: _queued(store, store._claims[0]) == WRITERS - 1, "the others queued")
-    blocker.rollback()  # the first claim goes on
-    blocker.close()
-    for thread in (first, *rest):
+    threads: list[threading.Thread] = []
+    _in_flight(sent, lambda key: threads.append(_started(claim, key)))
+    threads += [_started(claim, f"k{i}") for i in range(len(HELD), WRITERS)]
+    _until(lambda: _queued(store, store._claims[0]) == WRITERS - len(HELD), "the others queued")
+    _release(blocker[:1])  # k0's claim goes on, and the queued ones take its lane
+    _until(lambda: len(sent) == len(HELD) + 1, "the queued claims sent")
+    _release(blocker[1:])
+    for thread in threads:
         thread.join(timeout=30)
 
-    assert sent == ["WITH", "WITH"]  # the first alone, the fifteen others in one statement
+    assert sent == ["WITH"] * (len(HELD) + 1)  # two alone, fourteen in one statement
     assert {key: c.state for key, c in claims.items()} == {f"k{i}": "new" for i in range(WRITERS)}
     assert [r.key for r in claims["k0"].unresolved or ()] == ["old"]
-    for i in range(1, WRITERS):  # what each would have read had it come right after k0
+    for i in range(len(HELD), WRITERS):  # as each would have read it, right after k0
         assert [r.key for r in claims[f"k{i}"].unresolved or ()] == ["old", "k0"]
         assert claims[f"k{i}"].done == ("was",)
         assert claims[f"k{i}"].record.args == {"a": 1}
@@ -129,59 +150,55 @@ def test_a_steps_concurrent_claims_go_as_one_statement(
 
 def test_concurrent_outcomes_go_as_one_statement(pool: ConnectionPool[Any], pg_dsn: str) -> None:
     store = PostgresIdempotencyStore(pool)
-    keys = [f"o{i}" for i in range(WRITERS)]
+    keys = [f"k{i}" for i in range(WRITERS)]
     for key in keys:
         store.claim(key, tool="pay", args_json="{}", thread_id="t", fingerprint=key)
     sent = _counted(store)
     blocker = psycopg.connect(pg_dsn)
-    blocker.execute("SELECT 1 FROM lgr_idempotency WHERE key = 'o0' FOR UPDATE")
-    threads = [
-        threading.Thread(target=store.record_outcome, args=(key, {"n": n}))
-        for n, key in enumerate(keys)
-    ]
-    threads[0].start()
-    _until(lambda: len(sent) == 1, "the first outcome in flight")
-    for thread in threads[1:]:
-        thread.start()
-    _until(lambda: _queued(store, store._outcomes[0]) == WRITERS - 1, "the others queued")
+    blocker.execute("SELECT 1 FROM lgr_idempotency WHERE key = ANY(%s) FOR UPDATE", (list(HELD),))
+    threads: list[threading.Thread] = []
+    record = store.record_outcome
+    _in_flight(sent, lambda key: threads.append(_started(record, key, key)))
+    threads += [_started(record, key, key) for key in keys[len(HELD) :]]
+    _until(lambda: _queued(store, store._outcomes[0]) == WRITERS - len(HELD), "the others queued")
     blocker.rollback()
     blocker.close()
     for thread in threads:
         thread.join(timeout=30)
 
-    assert sent == ["UPDATE", "UPDATE"]
-    assert [(r.status, r.result) for r in map(store.get, keys)] == [
-        ("done", {"n": n}) for n in range(WRITERS)
-    ]
+    assert sent == ["UPDATE"] * (len(HELD) + 1)
+    assert [(r.status, r.result) for r in map(store.get, keys)] == [("done", k) for k in keys]
     # the first outcome still wins: a second is not written over it
-    assert store.record_outcome("o3", {"n": -1}).result == {"n": 3}
+    assert store.record_outcome("k3", "again").result == "k3"
 
 
-def test_the_same_key_twice_is_never_claimed_new_twice(
-    pool: ConnectionPool[Any], pg_dsn: str
-) -> None:
-    store = PostgresIdempotencyStore(pool)
+def test_the_same_key_twice_is_never_claimed_new_twice(pg_dsn: str) -> None:
+    """(Straight to the server: the duplicate goes alone, so it needs a third server
+    connection while two are held, more than the pooler tests' PgBouncer has.)"""
+    with ConnectionPool(pg_dsn, min_size=1, max_size=4, kwargs=POSTGRES_CONNECTION_KWARGS) as pool:
+        store = PostgresIdempotencyStore(pool)
+        store.setup()
+        states = _claimed_twice(store, pg_dsn)
+    assert sorted(states) == ["new", "new", "new", "pending"]  # k0, k1, and one 'dup' of two
+
+
+def _claimed_twice(store: PostgresIdempotencyStore, pg_dsn: str) -> list[str]:
     sent = _counted(store)
-    blocker = psycopg.connect(pg_dsn)
-    blocker.execute("INSERT INTO lgr_idempotency (key) VALUES ('k0')")
+    blocker = _held_intents(pg_dsn)
     states: list[str] = []
 
     def claim(key: str) -> None:
         claimed = store.claim(key, tool="pay", args_json="{}", thread_id="t", fingerprint=key)
         states.append(claimed.state)
 
-    threads = [threading.Thread(target=claim, args=(key,)) for key in ("k0", "dup", "dup")]
-    threads[0].start()
-    _until(lambda: len(sent) == 1, "the first claim in flight")
-    for thread in threads[1:]:
-        thread.start()
+    threads: list[threading.Thread] = []
+    _in_flight(sent, lambda key: threads.append(_started(claim, key)))
+    threads += [_started(claim, "dup"), _started(claim, "dup")]
     _until(lambda: len(states) == 1, "the second 'dup' sent alone")
-    blocker.rollback()
-    blocker.close()
+    _release(blocker)
     for thread in threads:
         thread.join(timeout=30)
-
-    assert sorted(states) == ["new", "new", "pending"]  # k0, and one 'dup' of two
+    return states
 
 
 async def test_async_claims_and_outcomes_of_a_step_go_together(pg_route: str) -> None:
@@ -198,13 +215,12 @@ async def test_async_claims_and_outcomes_of_a_step_go_together(pg_route: str) ->
             )
         )
         assert [c.state for c in claims] == ["new"] * WRITERS
-        assert sent == ["WITH", "WITH"]  # the first alone, the others queued behind it
+        assert sent == ["WITH"] * 3  # two alone, the others queued behind them
         sent.clear()
         await asyncio.gather(*(store.arecord_outcome(f"a{i}", i) for i in range(WRITERS)))
-        assert sent == ["UPDATE", "UPDATE"]
-        assert [(await store.aget(f"a{i}")).result for i in range(WRITERS)] == list(  # type: ignore[union-attr]
-            range(WRITERS)
-        )
+        assert sent == ["UPDATE"] * 3
+        results = [await store.aget(f"a{i}") for i in range(WRITERS)]
+        assert [r.result if r else None for r in results] == list(range(WRITERS))
 
 
 async def test_a_claim_cancelled_while_queued_is_never_written(pg_dsn: str) -> None:
@@ -214,15 +230,16 @@ async def test_a_claim_cancelled_while_queued_is_never_written(pg_dsn: str) -> N
         store = AsyncPostgresIdempotencyStore(pool)
         await store.setup()
         blocker = await psycopg.AsyncConnection.connect(pg_dsn)
-        await blocker.execute("INSERT INTO lgr_idempotency (key) VALUES ('k0')")
+        for key in HELD:  # one transaction holds both: the claims of both wait
+            await blocker.execute("INSERT INTO lgr_idempotency (key) VALUES (%s)", (key,))
 
         def claim(key: str) -> asyncio.Task[Claim]:
             return asyncio.ensure_future(
                 store.aclaim(key, tool="pay", args_json="{}", thread_id="t", fingerprint=key)
             )
 
-        first = claim("k0")
-        while not store._claims[1]._busy:  # the first claim is in flight, held by the blocker
+        first = [claim(key) for key in HELD]
+        while sum(store._claims[1]._busy.values()) < len(HELD):  # both lanes held
             await asyncio.sleep(0)
         queued = [claim(key) for key in ("q1", "q2", "q3")]
         while _queued(store, store._claims[1]) < 3:
@@ -230,7 +247,7 @@ async def test_a_claim_cancelled_while_queued_is_never_written(pg_dsn: str) -> N
         queued[1].cancel()
         await blocker.rollback()
         await blocker.close()
-        await first
+        await asyncio.gather(*first)
         kept = await asyncio.gather(queued[0], queued[2])
         with pytest.raises(asyncio.CancelledError):
             await queued[1]
