@@ -18,8 +18,9 @@ its step runs from back, until it is there, with public means only:
   thread).
 
 The first read comes at once (under ``durability="sync"`` the save came before the
-step, so it finds it), then after 1 ms, doubling to 50 ms. A checkpoint once found is
-remembered (`KNOWN`), so the other calls of the step read nothing. A checkpointer that
+step, so it finds it), then after 1 ms, doubling to 50 ms. The calls of a step that
+wait at once share one poll, and a checkpoint once found is remembered (`KNOWN`), so
+the step's later calls read nothing. A checkpointer that
 keeps its checkpoints in this process only (a plain `InMemorySaver`, or none) is not
 waited for: a crash loses them with the effect's context.
 
@@ -31,10 +32,11 @@ meets, so run such graphs with ``"sync"`` or ``"async"``.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -111,14 +113,85 @@ def step_to_save(checkpointer: Any, runtime: Any) -> SavedStep | None:
     return None if step.key in KNOWN else step
 
 
+_Ended = Literal["found", "timed out", "stopped"]
+
+
+@dataclasses.dataclass(eq=False, slots=True)
+class _Poll:
+    """One poll of a checkpoint, which every call of its step that comes meanwhile
+    waits for instead of polling it too: sixteen parallel calls polling one checkpoint
+    took the pool its save needs."""
+
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    ended: _Ended = "stopped"
+
+
+_POLLS: dict[tuple[str, str, str], _Poll] = {}
+"""Process-wide: the checkpoints being read back now, for a sync step's calls."""
+_APOLLS: dict[tuple[int, tuple[str, str, str]], asyncio.Future[_Ended]] = {}
+"""The same for the tasks of each event loop."""
+_POLLS_LOCK = threading.Lock()
+
+
 def wait_saved(step: SavedStep, tool: str) -> None:
-    """Return once `step`'s checkpoint can be read back (sync runs)."""
-    drive(_until_saved(step, tool), _REAL_TIME)
+    """Return once `step`'s checkpoint can be read back (sync runs); the calls of a
+    step share one poll."""
+    with _POLLS_LOCK:
+        poll = _POLLS.get(step.key)
+        if poll is None:
+            poll = _POLLS[step.key] = _Poll()
+            first = True
+        else:
+            first = False
+    if not first:
+        poll.done.wait(SAVE_WAIT + _MAX_POLL)
+        if not _settled_by(poll.ended, step, tool):
+            drive(_until_saved(step, tool), _REAL_TIME)
+        return
+    try:
+        drive(_until_saved(step, tool), _REAL_TIME)
+        poll.ended = "found"
+    except StepNotSavedError:
+        poll.ended = "timed out"
+        raise
+    finally:
+        with _POLLS_LOCK:
+            del _POLLS[step.key]
+        poll.done.set()
 
 
 async def await_saved(step: SavedStep, tool: str) -> None:
-    """Return once `step`'s checkpoint can be read back (async runs)."""
-    await adrive(_until_saved(step, tool), _REAL_TIME)
+    """Return once `step`'s checkpoint can be read back (async runs); the calls of a
+    step share one poll."""
+    loop = asyncio.get_running_loop()
+    key = (id(loop), step.key)
+    poll = _APOLLS.get(key)
+    if poll is not None:
+        if not _settled_by(await asyncio.shield(poll), step, tool):
+            await adrive(_until_saved(step, tool), _REAL_TIME)
+        return
+    poll = _APOLLS[key] = loop.create_future()
+    outcome: _Ended = "stopped"
+    try:
+        await adrive(_until_saved(step, tool), _REAL_TIME)
+        outcome = "found"
+    except StepNotSavedError:
+        outcome = "timed out"
+        raise
+    finally:
+        del _APOLLS[key]
+        poll.set_result(outcome)
+
+
+def _settled_by(ended: _Ended, step: SavedStep, tool: str) -> bool:
+    """Whether another call's poll settled this call's wait: found, or timed out (this
+    call's wait fails too). One stopped otherwise (its call was interrupted) leaves this
+    call to poll on its own."""
+    if ended == "found" or step.key in KNOWN:
+        return True
+    if ended == "timed out":
+        raise StepNotSavedError(tool, SAVE_WAIT)
+    return False
 
 
 _REAL_TIME = SystemClock()

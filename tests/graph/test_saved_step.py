@@ -385,3 +385,93 @@ def test_a_save_made_elsewhere_is_found_by_reading() -> None:
     saved_step.wait_saved(SavedStep(saver, at), "pay")
 
     assert saver.step_reads >= 1
+
+
+class _CountedEvent(threading.Event):
+    """A poll's end, counting the calls that wait for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = 0
+        self.joined = threading.Condition()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self.joined:
+            self.waiting += 1
+            self.joined.notify_all()
+        return super().wait(timeout)
+
+
+def test_the_calls_of_a_step_share_one_poll(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight parallel calls wait for one checkpoint saved late: one of them reads it
+    back, the others wait for that poll (each polling took the pool the save needs)."""
+    ends: list[_CountedEvent] = []
+    real = saved_step._Poll
+
+    def poll() -> Any:
+        ends.append(_CountedEvent())
+        return real(done=ends[-1])
+
+    monkeypatch.setattr(saved_step, "_Poll", poll)
+    saver = DiskSaver()
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    step = SavedStep(saver, at)
+    calls = [threading.Thread(target=saved_step.wait_saved, args=(step, "pay")) for _ in range(8)]
+    for call in calls:
+        call.start()
+    assert saver.wait_began.wait(10)
+    (end,) = ends
+    with end.joined:
+        assert end.joined.wait_for(lambda: end.waiting == len(calls) - 1, 10)  # the others
+    saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+    for call in calls:
+        call.join(10)
+
+    assert not any(call.is_alive() for call in calls)
+    assert saver.waits == ["pay"]  # one poll
+    assert step.key in saved_step.KNOWN
+    assert saved_step._POLLS == {}
+
+
+def test_the_calls_of_an_async_step_share_one_poll() -> None:
+    saver = DiskSaver()
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    step = SavedStep(saver, at)
+
+    async def save_once_all_wait() -> None:
+        await asyncio.sleep(0)  # after every call's first step: the first polls, the rest join
+        saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+
+    async def main() -> None:
+        await asyncio.gather(
+            *(saved_step.await_saved(step, "pay") for _ in range(8)), save_once_all_wait()
+        )
+
+    asyncio.run(main())
+    assert saver.waits == ["pay"]
+    assert saved_step._APOLLS == {}
+
+
+def test_a_poll_that_times_out_stops_every_call_of_its_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 0.05)
+    saver = DiskSaver()
+    _, _, at = _checkpoint_of(uuid.uuid4().hex)
+    step = SavedStep(saver, at)
+    failed: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            saved_step.wait_saved(step, "pay")
+        except StepNotSavedError as exc:
+            failed.append(exc)
+
+    calls = [threading.Thread(target=call) for _ in range(4)]
+    for thread in calls:
+        thread.start()
+    for thread in calls:
+        thread.join(10)
+
+    assert len(failed) == 4
+    assert saved_step._POLLS == {}
