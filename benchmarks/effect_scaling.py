@@ -7,36 +7,52 @@ adds.
 
 A turn: the user's message, the agent (a real chat model, `ScriptedChatModel`) asks
 for N parallel calls of two fast side-effecting tools (fresh ids, distinct arguments),
-the tools answer, the agent answers. Sync ``invoke`` on ``PostgresSaver`` (a
-``ConnectionPool`` with ``POSTGRES_CONNECTION_KWARGS``), a fresh thread per turn, in a
-throw-away database ``lgr_bench_<random>`` (created and dropped by the script).
+the tools answer, the agent answers; a fresh thread per turn.
 
 - **B** (plain): the same ``StateGraph`` with LangGraph's ``ToolNode`` +
   ``tools_condition``.
 - **A** (ours): ``add_resilience`` with both tools profiled
   ``ToolProfile(side_effect=True, status_check=...)``, the idempotency ledger
-  (`PostgresIdempotencyStore`) and the shared breakers (`PostgresBreakerStore`) on a
-  pool of their own: exactly-once.
+  (`PostgresIdempotencyStore`) and the shared breakers (`PostgresBreakerStore`), or
+  their async twins, on a pool of their own: exactly-once.
 - **T** (the ``@task`` anchor): plain ``ToolNode``, each tool's body calls a
-  ``langgraph.func.task`` that does the effect and waits for its ``.result()``:
-  LangGraph saves each task's result with the step's writes, so a resumed step does not
-  run it again; at-least-once (an effect whose result was not saved yet runs again).
+  ``langgraph.func.task`` that does the effect and waits for its ``.result()``, or
+  under ``ainvoke`` awaits it (``ATASK_TOOLS`` says why): LangGraph saves each task's
+  result with the step's writes, so a resumed step does not run it again;
+  at-least-once (an effect whose result was not saved yet runs again).
 - **The floor**: one ``INSERT INTO lgr_bench_floor (key) VALUES (%s) ON CONFLICT DO
   NOTHING`` on a dedicated connection with the stores' settings (autocommit: the
   statement commits by itself, one round trip and one WAL flush, as the ledger's claim
   does), a fresh key each time.
 
-Each round runs, for every N, the floor and the three graphs, mirrored every other
-round (F A B T for 1, 4, 16, then T B A F for 16, 4, 1), after warm-up rounds. Per N:
-the median turn of B, A and T; the added time per call, (median A - median B) / N and
-(median T - median B) / N, with 95% bootstrap intervals over the rounds (the floor,
-A, B and T of a round are resampled together); A's added time per call over the
-floor's median (target <= 4x) and whether it is below T's.
+Two parts, chosen by ``--api sync|async|both`` (``both``, the default: sync, then
+async), each in a throw-away database ``lgr_bench_<random>`` of its own (created and
+dropped by the script), with its own table and its own section of the JSON:
+
+- **sync**: ``invoke`` on ``PostgresSaver`` (a ``ConnectionPool`` with
+  ``POSTGRES_CONNECTION_KWARGS``); A's stores `PostgresIdempotencyStore` and
+  `PostgresBreakerStore`; the floor on a ``psycopg.Connection``.
+- **async**: ``ainvoke`` on ``AsyncPostgresSaver`` (an ``AsyncConnectionPool`` of the
+  same size and settings); A's stores `AsyncPostgresIdempotencyStore` and
+  `AsyncPostgresBreakerStore`; the agent awaits the model's ``ainvoke`` (the scripted
+  model has no native async path: LangChain runs it on the loop's executor, in every
+  graph alike); the floor awaited on a ``psycopg.AsyncConnection``. The tools stay
+  sync (LangChain runs a sync tool on the loop's executor), but T's, which await their
+  task.
+
+In each part, each round runs, for every N, the floor and the three graphs, mirrored
+every other round (F A B T for 1, 4, 16, then T B A F for 16, 4, 1), after warm-up
+rounds. Per part and N: the median turn of B, A and T; the added time per call,
+(median A - median B) / N and (median T - median B) / N, with 95% bootstrap intervals
+over the rounds (the floor, A, B and T of a round are resampled together); A's added
+time per call over the floor's median (target <= 4x) and whether it is below T's.
 
 Run it from the repository root::
 
-    python -m benchmarks.effect_scaling              # 500 rounds, ~3 min on 2 cores
-    python -m benchmarks.effect_scaling --quick      # smoke run, 20 rounds, ~10 s
+    python -m benchmarks.effect_scaling              # 500 rounds each, ~5 min on 2 cores
+    python -m benchmarks.effect_scaling --api sync   # the sync part only, ~2.5 min
+    python -m benchmarks.effect_scaling --api async  # the async part only, ~2.5 min
+    python -m benchmarks.effect_scaling --quick      # smoke run, 20 rounds each, ~15 s
     python -m benchmarks.effect_scaling --dsn postgresql://postgres@127.0.0.1:5432/postgres
     python -m benchmarks.effect_scaling --json effect_scaling.json
 
@@ -48,6 +64,7 @@ SIGTERM (the database is dropped and every pool closed however the run ends).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import importlib.metadata
@@ -58,7 +75,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -66,18 +83,25 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.func import task
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from benchmarks.overhead import probe_postgres, quantile
 from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
 from langgraph_resilience.core.redaction import redact
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
-from langgraph_resilience.stores.postgres_breakers import PostgresBreakerStore
-from langgraph_resilience.stores.postgres_ledger import PostgresIdempotencyStore
+from langgraph_resilience.stores.postgres_breakers import (
+    AsyncPostgresBreakerStore,
+    PostgresBreakerStore,
+)
+from langgraph_resilience.stores.postgres_ledger import (
+    AsyncPostgresIdempotencyStore,
+    PostgresIdempotencyStore,
+)
 from langgraph_resilience.testing import ScriptedChatModel
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -85,9 +109,11 @@ CALLS = (1, 4, 16)
 FLOOR_TARGET = 4.0
 """A's added time per call may be at most this many floors."""
 POOL_SIZE = 10
-"""Connections of the saver's pool and of the stores' pool: ``open_postgres``'s default
-``max_size``, more than the threads ToolNode runs a step's calls on (``min(32, cpus +
-4)``), so 16 parallel calls wait for a thread, never for a connection."""
+"""Connections of the saver's pool and of the stores' pool, sync or async:
+``open_postgres``'s default ``max_size``. Under ``invoke`` that is more than the threads
+ToolNode runs a step's calls on (``min(32, cpus + 4)``), so 16 parallel calls wait for
+a thread, never for a connection. Under ``ainvoke`` the calls' statements are not
+bounded by threads, and a wide step's may wait for a connection."""
 RESAMPLES = 1000
 STOPPED = 130
 """The exit status of a run stopped by Ctrl-C (SIGTERM's is 143)."""
@@ -96,6 +122,13 @@ GRAPHS = {
     "A": "add_resilience, side effects, Postgres ledger + Postgres breakers",
     "T": "plain ToolNode, each tool's effect in a langgraph.func.task",
 }
+APIS = {
+    "sync": "invoke; PostgresSaver; A: PostgresIdempotencyStore + PostgresBreakerStore",
+    "async": "ainvoke; AsyncPostgresSaver; "
+    "A: AsyncPostgresIdempotencyStore + AsyncPostgresBreakerStore",
+}
+"""What each ``--api`` part runs: the same graphs, sizes and statistics (T's tools await
+their task under ``ainvoke``: ``ATASK_TOOLS``)."""
 FLOOR_TABLE = "lgr_bench_floor"
 FLOOR_INSERT = f"INSERT INTO {FLOOR_TABLE} (key) VALUES (%s) ON CONFLICT DO NOTHING"
 
@@ -155,8 +188,26 @@ def t2_task(query: str) -> str:
     return t2_effect(query).result()
 
 
+@tool("t1")
+async def t1_atask(query: str) -> str:
+    """First side effect (fast): echoes its query."""
+    return await t1_effect(query)
+
+
+@tool("t2")
+async def t2_atask(query: str) -> str:
+    """Second side effect (fast): echoes its query."""
+    return await t2_effect(query)
+
+
 TOOLS = [t1, t2]
 TASK_TOOLS = [t1_task, t2_task]
+ATASK_TOOLS = [t1_atask, t2_atask]
+"""T's tools under ``ainvoke``: they await their task. A sync tool waiting on
+``.result()`` there holds one of the loop's default executor threads (``min(32, cpus +
+4)``: LangChain runs a sync tool there, LangGraph a sync task) while its task needs
+another: from that many calls per step on (6 on 2 cores), every thread waits for a
+task that cannot start, and the step never ends."""
 NAMES = ("t1", "t2")
 
 
@@ -192,13 +243,17 @@ def _reply(calls: int) -> Callable[[list[Any]], AIMessage]:
 
 
 def make_agent(calls: int, turns: int) -> Any:
-    """The user's LLM node: a real chat model scripted for `turns` turns of `calls` calls."""
+    """The user's LLM node: a real chat model scripted for `turns` turns of `calls` calls,
+    invoked under ``invoke`` and awaited (``model.ainvoke``) under ``ainvoke``."""
     model = ScriptedChatModel(responses=[_reply(calls)] * (2 * turns))
 
     def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
 
-    return RunnableLambda(agent)
+    async def aagent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    return RunnableLambda(agent, afunc=aagent)
 
 
 def build_plain(saver: Any, calls: int, turns: int, tools: list[Any] = TOOLS) -> Any:
@@ -211,9 +266,10 @@ def build_plain(saver: Any, calls: int, turns: int, tools: list[Any] = TOOLS) ->
     return builder.compile(checkpointer=saver)
 
 
-def build_task(saver: Any, calls: int, turns: int) -> Any:
-    """B's graph whose tools do their effect in a ``@task`` (the T anchor)."""
-    return build_plain(saver, calls, turns, TASK_TOOLS)
+def build_task(saver: Any, calls: int, turns: int, *, is_async: bool = False) -> Any:
+    """B's graph whose tools do their effect in a ``@task`` (the T anchor), waiting for
+    it (``TASK_TOOLS``) or, for ``ainvoke`` (`is_async`), awaiting it (``ATASK_TOOLS``)."""
+    return build_plain(saver, calls, turns, ATASK_TOOLS if is_async else TASK_TOOLS)
 
 
 def build_resilient(saver: Any, calls: int, turns: int, ledger: Any, breakers: Any) -> Any:
@@ -228,6 +284,27 @@ def build_resilient(saver: Any, calls: int, turns: int, ledger: Any, breakers: A
         breaker_store=breakers,
     )
     return builder.compile(checkpointer=saver)
+
+
+def build_graphs(
+    saver: Any,
+    calls: tuple[int, ...],
+    turns: int,
+    ledger: Any,
+    breakers: Any,
+    *,
+    is_async: bool = False,
+) -> dict[int, dict[str, Any]]:
+    """A, B and T for every N, each with its own scripted model (T's tools for
+    ``ainvoke`` if `is_async`)."""
+    return {
+        n: {
+            "A": build_resilient(saver, n, turns, ledger, breakers),
+            "B": build_plain(saver, n, turns),
+            "T": build_task(saver, n, turns, is_async=is_async),
+        }
+        for n in calls
+    }
 
 
 PROMPT = "Record these items."
@@ -253,11 +330,29 @@ def turn(graph: Any, calls: int) -> float:
     return elapsed
 
 
+async def aturn(graph: Any, calls: int) -> float:
+    """`turn` through ``ainvoke``."""
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    start = time.perf_counter()
+    result = await graph.ainvoke({"messages": [HumanMessage(PROMPT)]}, config)
+    elapsed = time.perf_counter() - start
+    check(result, calls)
+    return elapsed
+
+
 def floor_insert(conn: psycopg.Connection[Any]) -> float:
     """Seconds of one committed ``INSERT ... ON CONFLICT DO NOTHING`` of a fresh key."""
     key = uuid.uuid4().hex
     start = time.perf_counter()
     conn.execute(FLOOR_INSERT, (key,))
+    return time.perf_counter() - start
+
+
+async def afloor_insert(conn: psycopg.AsyncConnection[Any]) -> float:
+    """`floor_insert` awaited on an async connection."""
+    key = uuid.uuid4().hex
+    start = time.perf_counter()
+    await conn.execute(FLOOR_INSERT, (key,))
     return time.perf_counter() - start
 
 
@@ -276,8 +371,33 @@ def _pool(dsn: str, size: int) -> Iterator[ConnectionPool[Any]]:
         pool.close()
 
 
+@contextlib.asynccontextmanager
+async def _apool(dsn: str, size: int) -> AsyncIterator[AsyncConnectionPool[Any]]:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn, min_size=size, max_size=size, kwargs=dict(POSTGRES_CONNECTION_KWARGS), open=False
+    )
+    try:
+        await pool.open(wait=True)
+        yield pool
+    finally:
+        await pool.close()
+
+
 Samples = dict[int, dict[str, list[float]]]
 """Seconds by N, then by "F" (the floor), "A", "B" and "T"; index i is round i."""
+
+
+def schedule(i: int, calls: tuple[int, ...]) -> Iterator[tuple[int, str]]:
+    """Round `i`'s order: F A B T at each N ascending, mirrored (T B A F at each N
+    descending) every other round."""
+    order = "FABT" if i % 2 == 0 else "TBAF"
+    for n in calls if i % 2 == 0 else calls[::-1]:
+        for name in order:
+            yield n, name
+
+
+def _empty(calls: tuple[int, ...]) -> Samples:
+    return {n: {name: [] for name in "FABT"} for n in calls}
 
 
 def measure(dsn: str, sizes: Sizes, calls: tuple[int, ...] = CALLS) -> Samples:
@@ -296,34 +416,64 @@ def measure(dsn: str, sizes: Sizes, calls: tuple[int, ...] = CALLS) -> Samples:
         breakers = PostgresBreakerStore(stores)
         ledger.setup()
         breakers.setup()
-        graphs = {
-            n: {
-                "A": build_resilient(saver, n, turns, ledger, breakers),
-                "B": build_plain(saver, n, turns),
-                "T": build_task(saver, n, turns),
-            }
-            for n in calls
-        }
+        graphs = build_graphs(saver, calls, turns, ledger, breakers)
 
         def one_round(i: int, into: Samples) -> None:
-            order = "FABT" if i % 2 == 0 else "TBAF"
-            for n in calls if i % 2 == 0 else calls[::-1]:
-                for name in order:
-                    if name == "F":
-                        into[n][name].append(floor_insert(floor_conn))
-                    else:
-                        into[n][name].append(turn(graphs[n][name], n))
+            for n, name in schedule(i, calls):
+                if name == "F":
+                    into[n][name].append(floor_insert(floor_conn))
+                else:
+                    into[n][name].append(turn(graphs[n][name], n))
 
         try:
-            warm: Samples = {n: {name: [] for name in "FABT"} for n in calls}
+            warm = _empty(calls)
             for i in range(sizes.warmup):
                 one_round(i, warm)
-            samples: Samples = {n: {name: [] for name in "FABT"} for n in calls}
+            samples = _empty(calls)
             for i in range(sizes.rounds):
                 one_round(i, samples)
         finally:
             ledger.flush()  # the ledger's deferred outcomes (none by default)
             breakers.flush()  # the batched breaker successes, before the pool closes
+    return samples
+
+
+async def ameasure(dsn: str, sizes: Sizes, calls: tuple[int, ...] = CALLS) -> Samples:
+    """`measure` through ``ainvoke``: the async saver, stores and floor connection, on
+    async pools of the same size and settings; every one flushed and closed on the way
+    out, however it ends (Ctrl-C cancels this coroutine, SIGTERM raises through it)."""
+    turns = sizes.warmup + sizes.rounds
+    async with (
+        _apool(dsn, POOL_SIZE) as saver_pool,
+        _apool(dsn, POOL_SIZE) as stores,
+        await psycopg.AsyncConnection.connect(dsn, **POSTGRES_CONNECTION_KWARGS) as floor_conn,
+    ):
+        await floor_conn.execute(f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (key text PRIMARY KEY)")
+        saver = AsyncPostgresSaver(saver_pool)
+        await saver.setup()
+        ledger = AsyncPostgresIdempotencyStore(stores)
+        breakers = AsyncPostgresBreakerStore(stores)
+        await ledger.setup()
+        await breakers.setup()
+        graphs = build_graphs(saver, calls, turns, ledger, breakers, is_async=True)
+
+        async def one_round(i: int, into: Samples) -> None:
+            for n, name in schedule(i, calls):
+                if name == "F":
+                    into[n][name].append(await afloor_insert(floor_conn))
+                else:
+                    into[n][name].append(await aturn(graphs[n][name], n))
+
+        try:
+            warm = _empty(calls)
+            for i in range(sizes.warmup):
+                await one_round(i, warm)
+            samples = _empty(calls)
+            for i in range(sizes.rounds):
+                await one_round(i, samples)
+        finally:
+            await ledger.aflush()  # the ledger's outcome tasks (none by default)
+            await breakers.aflush()  # the batched breaker successes, before the pool closes
     return samples
 
 
@@ -450,9 +600,23 @@ def _versions() -> dict[str, str]:
 # ------------------------------------------------------------------ main
 
 
+def _run(api: str, dsn: str, sizes: Sizes) -> Samples:
+    """One part's samples, on `dsn`."""
+    if api == "sync":
+        return measure(dsn, sizes)
+    return asyncio.run(ameasure(dsn, sizes))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run (~10 s)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run (~15 s)")
+    parser.add_argument(
+        "--api",
+        choices=("sync", "async", "both"),
+        default="both",
+        help="invoke on PostgresSaver, ainvoke on AsyncPostgresSaver, or both (the "
+        "default: sync, then async)",
+    )
     parser.add_argument("--dsn", default=DEFAULT_DSN, help="an admin DSN (CREATE DATABASE)")
     parser.add_argument("--json", help="also write the results to this file")
     # For the smoke test: tiny sizes (not a way to run the benchmark).
@@ -466,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         rounds=sizes.rounds if args.rounds is None else max(1, args.rounds),
         warmup=sizes.warmup if args.warmup is None else max(0, args.warmup),
     )
+    apis = ("sync", "async") if args.api == "both" else (args.api,)
     reason = probe_postgres(args.dsn)
     if reason is not None:
         print(f"PostgreSQL at {redact(args.dsn)} is not reachable: {reason}", file=sys.stderr)
@@ -475,10 +640,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{', '.join(map(str, CALLS))} calls per step, and the floor",
         flush=True,
     )
-    start = time.perf_counter()
+    summaries: dict[str, dict[str, Any]] = {}
     try:
-        with scratch_database(args.dsn) as dsn:
-            samples = measure(dsn, sizes)
+        for api in apis:
+            start = time.perf_counter()
+            print(f"\n{api}: {APIS[api]}", flush=True)
+            with scratch_database(args.dsn) as dsn:
+                samples = _run(api, dsn, sizes)
+            summaries[api] = summarize(samples, resamples=args.resamples)
+            print(table(summaries[api]))
+            print(f"({time.perf_counter() - start:.0f} s)", flush=True)
     except (KeyboardInterrupt, SystemExit) as stop:
         # Ctrl-C, or SIGTERM: scratch_database makes it SystemExit(128 + SIGTERM)
         code = STOPPED if isinstance(stop, KeyboardInterrupt) else stop.code
@@ -486,17 +657,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("stopped: pools closed, scratch database dropped", file=sys.stderr)
         return code
-    summary = summarize(samples, resamples=args.resamples)
-    print(table(summary))
-    print(f"({time.perf_counter() - start:.0f} s)")
     if args.json:
         results = {
             "quick": args.quick,
             "warmup_rounds": sizes.warmup,
             "graphs": GRAPHS,
+            "apis": {api: APIS[api] for api in apis},
             "pool_size": POOL_SIZE,
             "versions": _versions(),
-            **summary,
+            **summaries,
         }
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(results, out, indent=2)
