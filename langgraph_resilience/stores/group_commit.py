@@ -34,6 +34,26 @@ Rows = dict[str, Sequence[Any]]
 """What the batch's statement returned, by key."""
 
 
+class _Lanes:
+    """Each group's statements in flight, at most `LANES` (the caller holds any lock)."""
+
+    def __init__(self) -> None:
+        self._busy: dict[Hashable, int] = {}
+
+    def take(self, group: Hashable) -> bool:
+        """Take a free lane of `group`; False when every lane is in flight."""
+        busy = self._busy.get(group, 0)
+        if busy >= LANES:
+            return False
+        self._busy[group] = busy + 1
+        return True
+
+    def give_back(self, group: Hashable) -> None:
+        busy = self._busy.pop(group)
+        if busy > 1:
+            self._busy[group] = busy - 1
+
+
 @dataclasses.dataclass(eq=False, slots=True)
 class _Batch:
     items: Items
@@ -50,16 +70,14 @@ class GroupCommit:
     def __init__(self, send: Callable[[Items], Rows]) -> None:
         self._send = send
         self._lock = threading.Lock()
-        self._busy: dict[Hashable, int] = {}
-        """Each group's statements in flight (at most `LANES`)."""
+        self._lanes = _Lanes()
         self._queued: dict[Hashable, _Batch] = {}
 
     def rows(self, group: Hashable, key: str, params: Mapping[str, Any]) -> Sequence[Any]:
         """The rows of `key`'s statement, sent alone or with its group's queued ones."""
         batch: _Batch | None
         with self._lock:
-            if self._busy.get(group, 0) < LANES:
-                self._busy[group] = self._busy.get(group, 0) + 1
+            if self._lanes.take(group):
                 batch, lead = _Batch({key: params}), True
                 batch.go.set()
             else:
@@ -94,10 +112,8 @@ class GroupCommit:
             queued = self._queued.pop(group, None)
             if queued is not None:
                 queued.go.set()  # it takes this statement's lane
-            elif self._busy[group] > 1:
-                self._busy[group] -= 1
             else:
-                del self._busy[group]
+                self._lanes.give_back(group)
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -114,8 +130,7 @@ class AsyncGroupCommit:
 
     def __init__(self, send: Callable[[Items], Awaitable[Rows]]) -> None:
         self._send = send
-        self._busy: dict[Hashable, int] = {}
-        """Each group's statements in flight (at most `LANES`)."""
+        self._lanes = _Lanes()
         self._queued: dict[Hashable, _AsyncBatch] = {}
         self._senders: set[asyncio.Task[None]] = set()
 
@@ -123,8 +138,7 @@ class AsyncGroupCommit:
         """The rows of `key`'s statement, sent alone or with its group's queued ones."""
         loop = asyncio.get_running_loop()
         group = (id(loop), group)
-        if self._busy.get(group, 0) < LANES:
-            self._busy[group] = self._busy.get(group, 0) + 1
+        if self._lanes.take(group):
             try:
                 return (await self._send({key: params}))[key]
             finally:
@@ -148,10 +162,7 @@ class AsyncGroupCommit:
     def _hand_over(self, group: Hashable) -> None:
         queued = self._queued.pop(group, None)
         if queued is None or not queued.items:
-            if self._busy[group] > 1:
-                self._busy[group] -= 1
-            else:
-                del self._busy[group]
+            self._lanes.give_back(group)
             if queued is not None:
                 queued.done.set_result({})
             return

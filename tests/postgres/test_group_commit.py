@@ -239,7 +239,7 @@ async def test_a_claim_cancelled_while_queued_is_never_written(pg_dsn: str) -> N
             )
 
         first = [claim(key) for key in HELD]
-        while sum(store._claims[1]._busy.values()) < len(HELD):  # both lanes held
+        while sum(store._claims[1]._lanes._busy.values()) < len(HELD):  # both lanes held
             await asyncio.sleep(0)
         queued = [claim(key) for key in ("q1", "q2", "q3")]
         while _queued(store, store._claims[1]) < 3:
