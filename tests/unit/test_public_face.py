@@ -161,3 +161,43 @@ def test_the_api_reference_is_current() -> None:
     pytest.importorskip("opentelemetry", reason="the otel extra is not installed")
     stored = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
     assert stored == REFERENCE.render(), "run python scripts/api_reference.py"  # type: ignore[attr-defined]
+
+
+def _parameters(function: object) -> dict[str, tuple[object, object]]:
+    import inspect  # noqa: PLC0415
+
+    signature = inspect.signature(function)  # type: ignore[arg-type]
+    return {
+        name: (parameter.annotation, parameter.default)
+        for name, parameter in signature.parameters.items()
+        if name != "self"
+    }
+
+
+def test_a_keyword_means_one_thing_at_every_entry_point() -> None:
+    """`add_resilience`, `ResilienceMiddleware` and `GuardedToolNode` take the same
+    configuration: a keyword two of them accept has one type and one default in all of
+    them (a default changed in one place only would silently split their behaviour)."""
+    from langgraph_resilience import (  # noqa: PLC0415
+        GuardedToolNode,
+        ResilienceMiddleware,
+        add_resilience,
+    )
+    from langgraph_resilience.mcp import mcp_server_tool  # noqa: PLC0415
+
+    entry_points = {
+        "add_resilience": _parameters(add_resilience),
+        "ResilienceMiddleware": _parameters(ResilienceMiddleware.__init__),
+        "GuardedToolNode": _parameters(GuardedToolNode.__init__),
+        "mcp_server_tool": _parameters(mcp_server_tool),
+    }
+    shared = {"tools"}  # the middleware takes tools create_agent does not (BaseTools only)
+    disagreements = []
+    names = set().union(*entry_points.values()) - shared
+    for name in sorted(names):
+        seen = {where: found[name] for where, found in entry_points.items() if name in found}
+        if len(set(map(repr, seen.values()))) > 1:
+            disagreements.append(f"{name}: {seen}")
+    assert not disagreements, "\n".join(disagreements)
+    common = set.intersection(*(set(p) for p in list(entry_points.values())[:3]))
+    assert common >= {"policy", "profiles", "clock", "rng", "rules", "breaker", "idempotency"}
