@@ -219,7 +219,7 @@ def _send(call: ToolCall, effect: Effect, key: str, run: Run) -> Flow[Answer]:
     try:
         if effect.saved_step is not None:
             yield Call(wait_saved, await_saved, (effect.saved_step, call["name"]))
-        yield Call(check_fence, acheck_fence, (effect.thread_id,))
+        yield Call(check_fence, acheck_fence, (effect.thread_id,), {"claimed": True})
     except (ThreadLockLostError, StepNotSavedError):
         yield from _release(effect, effect.key)  # claimed, never run: run it afresh
         raise

@@ -91,6 +91,10 @@ class _Local:
         """Async `check`."""
         self.check()
 
+    def fresh(self) -> bool:
+        """Never assumed: its `check` asks no database."""
+        return False
+
     def renew(self) -> bool:
         """Extend it; False once another run took the thread over."""
         if self.owner is None or self.owner.holder(self.thread_id) is not self:

@@ -56,6 +56,11 @@ class Fence(Protocol):
         (one statement)."""
         ...
 
+    def fresh(self) -> bool:
+        """Whether this process knows, without a statement, that the lease has more than
+        a third of its TTL left (a takeover is only ruled out by a fenced write)."""
+        ...
+
     async def acheck(self) -> None:
         """Async `check`."""
         ...
@@ -97,11 +102,17 @@ def thread_of(config: RunnableConfig | Mapping[str, Any] | str) -> str:
     return str((config.get("configurable") or {}).get("thread_id", ""))
 
 
-def check_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
+def check_fence(config: RunnableConfig | Mapping[str, Any] | str, *, claimed: bool = False) -> None:
     """Stop (`ThreadLockLostError`) if this context holds the thread's lease and lost it
-    (one statement; nothing when it holds none). A stop is a ``fenced`` event."""
+    (one statement; nothing when it holds none). A stop is a ``fenced`` event.
+
+    `claimed`: a fenced write of this context just committed (a side effect's claim),
+    so no newer holder existed then; if the lease is also `Fence.fresh`, no statement is
+    needed: it cannot lapse before the effect and its outcome are written. A holder
+    wrongly judged dead could still take over in between, as it could after a check;
+    the claimed intent then stops its run from doing the effect again."""
     fence = current_fence(thread_of(config))
-    if fence is not None:
+    if fence is not None and not (claimed and fence.fresh()):
         try:
             fence.check()
         except ThreadLockLostError:
@@ -109,10 +120,12 @@ def check_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
             raise
 
 
-async def acheck_fence(config: RunnableConfig | Mapping[str, Any] | str) -> None:
+async def acheck_fence(
+    config: RunnableConfig | Mapping[str, Any] | str, *, claimed: bool = False
+) -> None:
     """Async `check_fence`."""
     fence = current_fence(thread_of(config))
-    if fence is not None:
+    if fence is not None and not (claimed and fence.fresh()):
         try:
             await fence.acheck()
         except ThreadLockLostError:

@@ -23,6 +23,7 @@ import dataclasses
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -51,6 +52,16 @@ from langgraph_resilience.stores.postgres import first_line
 __all__ = ["Lease", "LeaseRunner", "abandon", "acquire", "ensure_schema", "holder_prefix"]
 
 _REAL = SystemClock()
+
+
+def _since_boot() -> float | None:
+    """Seconds on a clock that keeps counting while the machine sleeps (Linux's
+    ``CLOCK_BOOTTIME``), or None where there is none: a lease's local freshness must
+    not survive a suspend that the database's clock saw pass."""
+    boot = getattr(time, "CLOCK_BOOTTIME", None)
+    return None if boot is None else time.clock_gettime(boot)
+
+
 """Renewals run on real time: the lease lapses on the database's clock."""
 
 _LIVE: dict[str, str] = {}
@@ -142,6 +153,10 @@ class Lease:
     runner: LeaseRunner = dataclasses.field(repr=False)
     where: str = ""
     lost: bool = False
+    confirmed: float | None = None
+    """When (`_since_boot`) the statement that last set its expiry to a full TTL was
+    sent: its expiry is at least that plus `ttl`, whatever the database's clock says."""
+    _ended: bool = False
     _stop: threading.Event | None = dataclasses.field(default=None, repr=False)
     _task: asyncio.Task[None] | None = dataclasses.field(default=None, repr=False)
 
@@ -171,7 +186,10 @@ class Lease:
             try:
                 rows = yield self._statement(lease_sql.CHECK, margin=check_margin(self.ttl))
                 if not rows:
+                    sent = _since_boot()
                     rows = yield self._statement(lease_sql.RENEW, ttl=self.ttl)
+                    if rows:
+                        self._confirm(sent)
             except psycopg.OperationalError:
                 if attempt == 2:
                     raise self._lost() from None
@@ -181,6 +199,19 @@ class Lease:
             if not rows:
                 raise self._lost()
             return
+
+    def fresh(self) -> bool:
+        """Whether this process knows, without asking, that the lease has more than a
+        third of its TTL left: renewed recently enough, and not lost, given up or back. It
+        says nothing of a takeover: only a fenced write or `check` does."""
+        now, confirmed = _since_boot(), self.confirmed
+        if now is None or confirmed is None or self.lost or self._ended:
+            return False
+        return now - confirmed < self.ttl - check_margin(self.ttl)
+
+    def _confirm(self, sent: float | None) -> None:
+        if sent is not None and (self.confirmed is None or sent > self.confirmed):
+            self.confirmed = sent
 
     def check(self) -> None:
         """Raise `ThreadLockLostError` unless the lease is still the thread's current one
@@ -192,8 +223,11 @@ class Lease:
         await adrive(self._checked(), _REAL)
 
     def _renewed(self) -> Flow[bool]:
+        sent = _since_boot()
         if not (yield self._statement(lease_sql.RENEW, ttl=self.ttl)):
             self._lost()
+        else:
+            self._confirm(sent)
         return not self.lost
 
     def renew(self) -> bool:
@@ -251,6 +285,7 @@ class Lease:
     def give_up(self) -> None:
         """Stop renewing and count the lease dead in this process, without a statement:
         it lapses in the database, and this process takes the thread over at once."""
+        self._ended = True
         if self._stop is not None:
             self._stop.set()
         _live(self.holder, None)
@@ -258,6 +293,7 @@ class Lease:
     def release(self) -> None:
         """Stop renewing and give the lease back (given up here even if the statement
         cannot reach the database)."""
+        self._ended = True
         if self._stop is not None:
             self._stop.set()
         _live(self.holder, None)
@@ -265,6 +301,7 @@ class Lease:
 
     async def arelease(self) -> None:
         """Async `release`."""
+        self._ended = True
         task, self._task = self._task, None
         _live(self.holder, None)
         if task is not None:
@@ -333,6 +370,7 @@ def _acquiring(
     started: float = yield Call(clock.monotonic)
     attempt, failures, created = 0, 0, False
     while True:
+        sent = _since_boot()
         try:
             rows = yield Call(runner.rows, runner.arows, (lease_sql.ACQUIRE, params))
         except psycopg.errors.UndefinedTable:
@@ -354,7 +392,9 @@ def _acquiring(
             continue
         row = rows[0] if rows else None
         if row is not None and row["token"] is not None:
-            return Lease(thread_id, int(row["token"]), str(row["db"]), holder, ttl, runner, where)
+            lease = Lease(thread_id, int(row["token"]), str(row["db"]), holder, ttl, runner, where)
+            lease.confirmed = sent
+            return lease
         if row is not None and row["holder"] != params["dead"] and _gone(row["holder"]):
             params["dead"] = row["holder"]  # take it over now, not when it lapses
             continue

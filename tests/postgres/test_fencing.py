@@ -132,3 +132,140 @@ def test_a_runner_that_lost_its_lock_stops_and_the_thread_pays_once(
     with psycopg.connect(pg_dsn) as conn:
         payments = conn.execute("SELECT count(*) FROM payments").fetchone()
     assert payments == (1,)
+
+
+def _counting_checks(monkeypatch: pytest.MonkeyPatch, lease: Any) -> list[str]:
+    """The fence checks `lease` sends to the database from now on (a spy on the
+    statements it builds; they still run on the real server)."""
+    from langgraph_resilience.stores import lease_sql, leases  # noqa: PLC0415
+
+    sent: list[str] = []
+    statement = leases.Lease._statement
+
+    def counted(self: Any, query: str, **extra: Any) -> Any:
+        sent.extend(["check"] if self is lease and query == lease_sql.CHECK else [])
+        return statement(self, query, **extra)
+
+    monkeypatch.setattr(leases.Lease, "_statement", counted)
+    return sent
+
+
+def test_after_a_claim_a_fresh_lease_is_not_asked_again(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Right after a side effect's claim (a fenced write), its fence check sends nothing
+    while the lease is fresh: renewed less than two thirds of its TTL ago, so it cannot
+    lapse before the effect and its outcome are written. A check without a claim, or
+    one whose lease was last renewed longer ago, still asks the database, and a lease
+    that lapsed still stops the run."""
+    with thread_lock(pg_dsn, "t1") as lease:
+        assert lease is not None
+        sent = _counting_checks(monkeypatch, lease)
+        assert lease.fresh()
+        check_fence("t1", claimed=True)
+        assert sent == []
+        check_fence("t1")  # a checkpoint write's check: no intent guards what follows
+        assert sent == ["check"]
+        lease.confirmed = (lease.confirmed or 0.0) - lease.ttl  # renewed a TTL ago
+        assert not lease.fresh()
+        check_fence("t1", claimed=True)
+        assert sent == ["check", "check"]
+        assert lapse_leases(pg_dsn) == 1
+        with pytest.raises(ThreadLockLostError):
+            check_fence("t1", claimed=True)
+
+
+async def test_an_async_fresh_lease_after_a_claim_is_not_asked_again(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same through `acheck_fence`; a lease given up is never fresh."""
+    from langgraph_resilience.stores.held import acheck_fence  # noqa: PLC0415
+
+    async with athread_lock(pg_dsn, "t1") as lease:
+        assert lease is not None
+        sent = _counting_checks(monkeypatch, lease)
+        await acheck_fence("t1", claimed=True)
+        assert sent == []
+        lease.give_up()
+        assert not lease.fresh()
+        await acheck_fence("t1", claimed=True)
+        assert sent == ["check"]
+
+
+def test_a_side_effect_sends_no_fence_check_after_its_claim(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through ``add_resilience`` on LangGraph's own PostgresSaver with the Postgres
+    ledger: each payment is claimed (fenced by the run's lease), paid once and
+    answered, and no fence check goes to the database before it."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: PLC0415
+    from langchain_core.tools import tool  # noqa: PLC0415
+    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
+    from langgraph.graph import MessagesState, StateGraph  # noqa: PLC0415
+    from psycopg_pool import ConnectionPool  # noqa: PLC0415
+
+    from langgraph_resilience import ResilienceState, ToolProfile, add_resilience  # noqa: PLC0415
+    from langgraph_resilience.stores import leases  # noqa: PLC0415
+    from langgraph_resilience.stores.persistence import (  # noqa: PLC0415
+        POSTGRES_CONNECTION_KWARGS,
+    )
+    from langgraph_resilience.stores.postgres_ledger import (  # noqa: PLC0415
+        PostgresIdempotencyStore,
+    )
+    from langgraph_resilience.testing import ScriptedChatModel  # noqa: PLC0415
+
+    checks: list[str] = []
+    original = leases.Lease._checked
+
+    def counted(self: Any) -> Any:
+        checks.append(self.thread_id)
+        return original(self)
+
+    monkeypatch.setattr(leases.Lease, "_checked", counted)
+    paid: list[str] = []
+
+    @tool
+    def pay(order: str) -> str:
+        """Pay one order."""
+        paid.append(order)
+        return f"paid {order}"
+
+    def reply(messages: list[Any]) -> AIMessage:
+        if isinstance(messages[-1], HumanMessage):
+            calls = [{"name": "pay", "args": {"order": f"o{i}"}, "id": f"c{i}"} for i in (1, 2)]
+            return AIMessage(content="", tool_calls=calls)
+        return AIMessage(content="paid")
+
+    class State(MessagesState, ResilienceState):
+        pass
+
+    model = ScriptedChatModel(responses=[reply, reply])
+    with ConnectionPool(pg_dsn, min_size=1, max_size=6, kwargs=POSTGRES_CONNECTION_KWARGS) as pool:
+        saver = PostgresSaver(pool)  # type: ignore[arg-type]
+        saver.setup()
+        ledger = PostgresIdempotencyStore(pool)
+        ledger.setup()
+        builder = StateGraph(State)
+        builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+        add_resilience(
+            builder,
+            agent="agent",
+            tools=[pay],
+            profiles={"pay": ToolProfile(side_effect=True)},
+            idempotency=ledger,
+        )
+        graph = builder.compile(checkpointer=saver)
+        thread = uuid.uuid4().hex
+        out = graph.invoke(
+            {"messages": [HumanMessage("pay")]}, {"configurable": {"thread_id": thread}}
+        )
+        records = ledger.for_thread(thread)
+
+    answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert sorted(paid) == ["o1", "o2"]
+    assert sorted((m.tool_call_id, m.status) for m in answers) == [
+        ("c1", "success"),
+        ("c2", "success"),
+    ]
+    assert sorted(r.status for r in records) == ["done", "done"]  # claimed, then recorded
+    assert checks == []

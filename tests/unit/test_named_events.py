@@ -68,6 +68,9 @@ class LostFence:
     async def acheck(self) -> None:
         self.check()
 
+    def fresh(self) -> bool:
+        return False
+
 
 def test_a_run_stopped_by_its_fence_is_a_fenced_event(recorder: Recorder) -> None:
     from langgraph_resilience.stores.held import (  # noqa: PLC0415
