@@ -33,9 +33,9 @@ What it measures, in one run:
    finished calls where the agent issues 2 new ones:
    ``GuardedToolNode._plan`` (call selection, budget checks, loop guard,
    coercion) + ``_finish`` (call keys, ledger records, events, the delta) +
-   ``merge_ledger`` = the decision work, target <= 10 us per call; plus
+   ``merge_tally`` = the decision work, target <= 10 us per call; plus
    ``_input`` (message copy) and the two routers, and for attribution
-   ``call_key``, the record build, ``emit``, ``merge_ledger`` of a one-call
+   ``call_key``, the record build, ``emit``, ``merge_tally`` of a one-call
    delta into 20 and 200 calls. For reference, tenacity's cost per successful
    call when tenacity is importable (it is never installed for this).
 
@@ -99,7 +99,7 @@ from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
 from langgraph_resilience._graph import tools as tools_module
 from langgraph_resilience._graph.pending import route_entry
-from langgraph_resilience._graph.state import empty_ledger, merge_ledger
+from langgraph_resilience._graph.state import empty_tally, merge_tally
 from langgraph_resilience._graph.tool_batch import plan_batch, step_input
 from langgraph_resilience._graph.tool_call import CallInterceptor
 from langgraph_resilience._graph.tool_step import finish_step
@@ -561,8 +561,8 @@ def prepared_state(previous_turns: int = 10) -> tuple[dict[str, Any], AIMessage,
     # The bounded ledger keeps no finished record (they are counted in `done`).
     ledger["calls"] = {}
     ledger["done"] = {"ok": 2 * previous_turns}
-    # As the channel holds it: every section present (merge_ledger writes them all).
-    ledger = {**empty_ledger(), **ledger}
+    # As the channel holds it: every section present (merge_tally writes them all).
+    ledger = {**empty_tally(), **ledger}
     ai = AIMessage(
         content="",
         tool_calls=[
@@ -672,8 +672,8 @@ def micro_items() -> list[MicroItem]:
             DECISION,
         ),
         (
-            "merge_ledger: 20-call ledger + 2-call delta",
-            lambda: merge_ledger(ledger, delta),
+            "merge_tally: 20-call ledger + 2-call delta",
+            lambda: merge_tally(ledger, delta),
             2,
             DECISION,
         ),
@@ -715,14 +715,14 @@ def micro_items() -> list[MicroItem]:
             INFO,
         ),
         (
-            "merge_ledger: 20-call ledger + 1-call delta",
-            lambda: merge_ledger(ledger, one_call_delta),
+            "merge_tally: 20-call ledger + 1-call delta",
+            lambda: merge_tally(ledger, one_call_delta),
             1,
             INFO,
         ),
         (
-            "merge_ledger: 200-call ledger + 1-call delta",
-            lambda: merge_ledger(big_ledger, one_call_delta),
+            "merge_tally: 200-call ledger + 1-call delta",
+            lambda: merge_tally(big_ledger, one_call_delta),
             1,
             INFO,
         ),
@@ -935,7 +935,7 @@ def attribute(a: pstats.Stats, b: pstats.Stats, turns: int) -> list[dict[str, An
             - _cum(b, file="langgraph/graph/_branch.py", name="_route"),
         ),
         ("  of which the package's router functions", _route_cum(a)),
-        ("merge_ledger (the ledger reducer)", _cum(a, key=_code_key(merge_ledger))),
+        ("merge_tally (the ledger reducer)", _cum(a, key=_code_key(merge_tally))),
         (
             "checkpointer put/put_writes (serialization), A - B",
             _cum(a, file="langgraph/checkpoint/memory/__init__.py", name="put")

@@ -257,7 +257,7 @@ def main() -> int:
         print()
         for thread_id in thread_ids:
             status = thread_status(app, thread_id, persistence=p)
-            print(f"thread {thread_id}: {status.state}, ledger {status.ledger}")
+            print(f"thread {thread_id}: {status.state}, tally {status.tally}")
 
     first, second = sorted(reports, key=lambda r: r["worker"])
     ok = (

@@ -1,7 +1,7 @@
 """The failure taxonomy, the `ToolError` envelope and the exception tree.
 
 Every tool failure becomes exactly one `ToolError`: the model sees it (as the
-content of a `ToolMessage(status="error")`), events carry it and the ledger
+content of a `ToolMessage(status="error")`), events carry it and the tally
 stores it. Its `failure_class` is the routing key of the whole package.
 
 Exception tree (the subclasses defined next to the code that raises them)::
@@ -93,7 +93,7 @@ class ToolError(BaseModel):
     """The structured envelope of one failed tool call.
 
     It is what the model reads (JSON content of an error `ToolMessage`, like
-    MCP's ``isError`` results), what events carry and what the ledger stores, so
+    MCP's ``isError`` results), what events carry and what the tally stores, so
     it is JSON-only and never contains a secret: `classify` redacts it.
 
     >>> ToolError(type="HTTPError", failure_class="transient", message="503",

@@ -29,7 +29,7 @@ def main() -> None:
         result = client.runs.wait(thread["thread_id"], "agent", input=ask)
         print("agent:", result["messages"][-1]["content"])
         status = thread_status(client, thread["thread_id"])
-        print(f"thread {status.thread_id}: {status.state}, {status.ledger.get('calls')}")
+        print(f"thread {status.thread_id}: {status.state}, {status.tally.get('calls')}")
         print(f"threads on the server: {len(list_threads(client))}")
 
 

@@ -6,7 +6,7 @@ its own: `GuardedToolNode`'s planning (`plan_batch`, cut to this call by
 `Batch.only`), its interception (breakers, exactly-once, one classification) with
 the agent's handler as the executor, and `finish_step`; a short backoff is retried
 inside the step (`step_retry`), as in the node. The update carries the call's
-answer, or none while it waits for a recovery (its ledger record says which).
+answer, or none while it waits for a recovery (its tally record says which).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _as_output(node: GuardedToolNode, answer: Answer) -> Any:
 
 def _as_command(update: Any) -> Command[Any]:
     """The step's update as one `Command`; a tool's own `Command` (which answered the
-    call itself) keeps its update and goto, with the ledger delta added."""
+    call itself) keeps its update and goto, with the tally delta added."""
     if not isinstance(update, list):
         return Command(update=update)
     *theirs, ours = update

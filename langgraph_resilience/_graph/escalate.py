@@ -34,11 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from langgraph_resilience._graph.node import ResilienceNode
 from langgraph_resilience._graph.state import (
     CallRecord,
-    Ledger,
+    Tally,
     current_slots,
     current_task,
-    read_ledger,
     read_messages,
+    read_tally,
 )
 from langgraph_resilience._graph.tools import error_message
 from langgraph_resilience.core.canonical import call_key
@@ -228,8 +228,8 @@ class EscalateNode(ResilienceNode):
     def step(self, state: Any) -> tuple[dict[str, Any], bool]:
         """Escalate every waiting call, in call order: the update, and whether the human
         aborted the task (the caller then compensates)."""
-        ledger = read_ledger(state)
-        calls = ledger.get("calls") or {}
+        tally = read_tally(state)
+        calls = tally.get("calls") or {}
         messages_in = read_messages(state, self.messages_key)
         task_id = current_task(messages_in)
         waiting = [
@@ -272,7 +272,7 @@ class EscalateNode(ResilienceNode):
             updates[slot] = updated
         if aborted:  # nothing of this turn may stay unanswered once the task ends
             self._end_replans(state, calls, updates, messages)
-        delta: Ledger = {"calls": updates, "events": {"escalation": len(waiting)}}
+        delta: Tally = {"calls": updates, "events": {"escalation": len(waiting)}}
         if informed:
             delta["informed"] = informed
         if aborted:

@@ -18,7 +18,7 @@ same code (nothing here decides anything itself):
   (`tool_step.finish_step`) as `GuardedToolNode`, for that call. A short backoff
   is slept and retried right there, in the call's own task (`_graph.step_retry`), so
   the turn needs no extra ``before_model`` round; a call that recovers later (a long
-  backoff, a repair, a human) is left unanswered, its record in the ledger says what
+  backoff, a repair, a human) is left unanswered, its record in the tally says what
   it waits for.
 - ``before_model``: the model is never called while a call of the turn waits.
   The hook runs the recovery nodes of `add_resilience` (`RetryNode`, `RepairNode`,
@@ -31,7 +31,7 @@ same code (nothing here decides anything itself):
 - ``wrap_model_call``: the model chain of `resilient_model` (`ResilientChatModel.flow`)
   over `create_agent`'s handler: classified retry honouring Retry-After, a breaker
   per model and the ``model_fallbacks`` in order.
-- ``state_schema``: the ``resilience`` channel (the ledger), so budgets, attempts and
+- ``state_schema``: the ``resilience`` channel (the tally), so budgets, attempts and
   breaker-independent memory live in the checkpoint and a thread resumes by id.
 
 Escalation answers are this package's (``{"action": "retry" | "edit" | "skip" |
@@ -71,7 +71,7 @@ from langgraph_resilience._graph.pending import AnswerPendingNode, route_entry
 from langgraph_resilience._graph.retry import RetryNode
 from langgraph_resilience._graph.router import next_step
 from langgraph_resilience._graph.run_lease import RUN_LEASES
-from langgraph_resilience._graph.state import ResilienceLedger, apply_update
+from langgraph_resilience._graph.state import ResilienceTally, apply_update
 from langgraph_resilience._graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience._graph.wiring import check_profiles, recovery_nodes
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
@@ -95,9 +95,9 @@ _RECOVERY_ROUNDS = 16
 
 
 class ResilienceAgentState(AgentState[Any]):
-    """`create_agent`'s state with the ``resilience`` channel (the ledger)."""
+    """`create_agent`'s state with the ``resilience`` channel (the tally)."""
 
-    resilience: NotRequired[ResilienceLedger]
+    resilience: NotRequired[ResilienceTally]
 
 
 class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
@@ -389,7 +389,7 @@ def _new_input(state: Mapping[str, Any]) -> bool:
 def _update(
     state: Mapping[str, Any], view: Mapping[str, Any], to: str | None
 ) -> dict[str, Any] | None:
-    """The hook's one update: the ledger whole (it replaces the older one), the
+    """The hook's one update: the tally whole (it replaces the older one), the
     messages the recovery nodes added, and where to go next."""
     update: dict[str, Any] = {}
     if view is not state and view.get("resilience") is not state.get("resilience"):

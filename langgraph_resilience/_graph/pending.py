@@ -6,7 +6,7 @@ writes again instead of answering an escalation, a server cancels a run during a
 backoff (double-texting), a crash loses the tools step. New input starts the graph
 at ``START``, so `add_resilience` puts `AnswerPendingNode` there: it answers each
 such call with an envelope saying what happened (``cancelled`` or ``abandoned``),
-placed right after its assistant message, and settles the calls' ledger records,
+placed right after its assistant message, and settles the calls' tally records,
 as deepagents' PatchToolCalls middleware does for its agents.
 
 A side effect is answered with what the idempotency ledger knows of it, never with
@@ -34,11 +34,11 @@ from langgraph_resilience._graph.exactly_once import replayed
 from langgraph_resilience._graph.node import ResilienceNode
 from langgraph_resilience._graph.state import (
     CallRecord,
-    Ledger,
+    Tally,
     call_slot,
     current_task,
-    read_ledger,
     read_messages,
+    read_tally,
 )
 from langgraph_resilience._graph.tools import error_message
 from langgraph_resilience.core.clock import SystemClock
@@ -215,14 +215,14 @@ def _pending_of(
 
 def answer_pending(
     messages: Sequence[AnyMessage],
-    ledger: Ledger,
+    tally: Tally,
     recorded: Mapping[str, IdempotencyRecord] | None = None,
 ) -> tuple[list[AnyMessage], dict[str, CallRecord], dict[str, str]] | None:
-    """The history with every unanswered tool call answered, the settled ledger
+    """The history with every unanswered tool call answered, the settled tally
     records and the unknown effects the agent is now told of (key -> the new task);
     None when every call already has its answer. `recorded`: the ledger's records of
     the unanswered side effects, by slot (`recorded_effects`)."""
-    calls = ledger.get("calls") or {}
+    calls = tally.get("calls") or {}
     recorded = recorded or {}
     out = _Answers(task=current_task(messages))
     index = 0
@@ -251,7 +251,7 @@ def route_entry(state: Any, messages_key: str = "messages") -> Literal["pending"
     Only the messages since the latest final answer (an assistant message without
     calls) are read: every call before it was answered before that model call, and a
     stopped run, a cancel or an abandoned escalation leaves its calls after it."""
-    plan = read_ledger(state).get("plan")
+    plan = read_tally(state).get("plan")
     if plan is not None and plan.get("status") == "running":
         return "pending"
     messages = read_messages(state, messages_key)
@@ -295,14 +295,14 @@ class AnswerPendingNode(ResilienceNode):
     def step(
         self, state: Any, recorded: Mapping[str, IdempotencyRecord] | None = None
     ) -> dict[str, Any]:
-        """The patched history (whole: calls are answered in place) and ledger delta."""
-        ledger = read_ledger(state)
+        """The patched history (whole: calls are answered in place) and tally delta."""
+        tally = read_tally(state)
         update: dict[str, Any] = {}
-        delta: Ledger = {}
-        plan = ledger.get("plan")
+        delta: Tally = {}
+        plan = tally.get("plan")
         if plan is not None and plan.get("status") == "running":
             delta["plan"] = {**plan, "status": "abandoned"}
-        found = answer_pending(read_messages(state, self.messages_key), ledger, recorded)
+        found = answer_pending(read_messages(state, self.messages_key), tally, recorded)
         if found is not None:
             messages, settled, informed = found
             update[self.messages_key] = Overwrite(messages)

@@ -38,7 +38,7 @@ from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel
 
-from langgraph_resilience._graph import state as ledger_state
+from langgraph_resilience._graph import state as tally_state
 from langgraph_resilience._graph.answers import tool_error_of
 from langgraph_resilience._graph.node import ResilienceNode
 from langgraph_resilience._graph.router import Next, next_step
@@ -82,7 +82,7 @@ def _goal(messages: Sequence[AnyMessage]) -> str:
     return "\n".join(asks) or "(no user message)"
 
 
-def _envelopes(records: Collection[ledger_state.CallRecord]) -> list[ToolError]:
+def _envelopes(records: Collection[tally_state.CallRecord]) -> list[ToolError]:
     """Every envelope of `records`: the tools each call tried, then its last error."""
     return [
         ToolError.model_validate(envelope)
@@ -94,7 +94,7 @@ def _envelopes(records: Collection[ledger_state.CallRecord]) -> list[ToolError]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _TaskAnswers:
-    """What the current task's answered calls say (the bounded ledger no longer keeps
+    """What the current task's answered calls say (the bounded tally no longer keeps
     their records): the keys of failed calls and of done side effects, the envelopes."""
 
     failed: frozenset[str]
@@ -130,10 +130,10 @@ def _task_answers(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Replan:
-    """What the planner read from the ledger: the calls waiting for a plan, the task's
+    """What the planner read from the tally: the calls waiting for a plan, the task's
     spending so far, what a plan must avoid, and the request for the model."""
 
-    waiting: dict[str, ledger_state.CallRecord]
+    waiting: dict[str, tally_state.CallRecord]
     task_id: str
     replans: int
     llm_calls: int
@@ -171,17 +171,17 @@ class PlannerNode(ResilienceNode):
 
     def _read(self, state: Any) -> _Replan | None:
         """The replan to ask for, or None when no call of the turn waits for one."""
-        ledger = ledger_state.read_ledger(state)
-        calls = ledger.get("calls") or {}
+        tally = tally_state.read_tally(state)
+        calls = tally.get("calls") or {}
         waiting = {
             slot: calls[slot]
-            for slot in ledger_state.current_slots(state, self.messages_key)
+            for slot in tally_state.current_slots(state, self.messages_key)
             if slot in calls and calls[slot]["status"] == "replan"
         }
         if not waiting:
             return None
-        messages = ledger_state.read_messages(state, self.messages_key)
-        task = ledger_state.task_view(ledger, ledger_state.current_task(messages))
+        messages = tally_state.read_messages(state, self.messages_key)
+        task = tally_state.task_view(tally, tally_state.current_task(messages))
         failures = _envelopes(waiting.values())
         answered = _task_answers(messages, self.side_effects, self.policy.noise_fields)
         structural = {
@@ -190,7 +190,7 @@ class PlannerNode(ResilienceNode):
             if e.tool and e.failure_class is FailureClass.STRUCTURAL
         }
         states = dict(self.breaker_states()) if self.breaker_states else {}
-        previous = ledger.get("plan")
+        previous = tally.get("plan")
         rejected = previous if previous and previous.get("status") == "rejected" else None
         request = format_plan_request(
             goal=_goal(messages),
@@ -213,7 +213,7 @@ class PlannerNode(ResilienceNode):
             task_id=task.get("id", ""),
             replans=int(task.get("replans") or 0),
             llm_calls=int(task.get("llm_calls") or 0),
-            plan_id=int(ledger.get("replans") or 0) + 1,
+            plan_id=int(tally.get("replans") or 0) + 1,
             failures=failures,
             structural=structural,
             failed_calls={
@@ -231,7 +231,7 @@ class PlannerNode(ResilienceNode):
         )
 
     def _flow(self, state: Any, config: RunnableConfig) -> Flow[dict[str, Any]]:
-        """Read the ledger, ask the model once (an error is a rejected plan), settle."""
+        """Read the tally, ask the model once (an error is a rejected plan), settle."""
         replan = self._read(state)
         if replan is None:
             return {}
@@ -279,7 +279,7 @@ class PlannerNode(ResilienceNode):
         return reply, verdict
 
     def _settle(self, replan: _Replan, reply: Any) -> dict[str, Any]:
-        """The ledger delta and the messages of one planner answer."""
+        """The tally delta and the messages of one planner answer."""
         plan, verdict = self._verdict(replan, reply)
         emit(
             Event(
@@ -294,7 +294,7 @@ class PlannerNode(ResilienceNode):
             record, calls, messages = _accept(replan, plan)
         else:
             record, calls, messages = self._reject(replan, plan, verdict)
-        delta: ledger_state.Ledger = {
+        delta: tally_state.Tally = {
             "replans": 1,
             "llm_calls": 1,
             "task": {"id": replan.task_id, "replans": 1, "llm_calls": 1},
@@ -306,7 +306,7 @@ class PlannerNode(ResilienceNode):
 
     def _reject(
         self, replan: _Replan, plan: Plan | None, verdict: PlanVerdict
-    ) -> tuple[dict[str, Any], dict[str, ledger_state.CallRecord], list[AnyMessage]]:
+    ) -> tuple[dict[str, Any], dict[str, tally_state.CallRecord], list[AnyMessage]]:
         """A rejected plan: the calls wait for another try while the budgets last, then
         escalate (when a human may decide) or go back to the agent with their envelopes."""
         record = {
@@ -319,7 +319,7 @@ class PlannerNode(ResilienceNode):
             replan.replans + 1 < self.policy.max_replans
             and replan.llm_calls + 1 < self.policy.max_recovery_llm_calls
         )
-        calls: dict[str, ledger_state.CallRecord] = {}
+        calls: dict[str, tally_state.CallRecord] = {}
         messages: list[AnyMessage] = []
         for call_id, waiting in replan.waiting.items():
             if budget_left:
@@ -335,7 +335,7 @@ class PlannerNode(ResilienceNode):
 
 def _accept(
     replan: _Replan, plan: Plan
-) -> tuple[dict[str, Any], dict[str, ledger_state.CallRecord], list[AnyMessage]]:
+) -> tuple[dict[str, Any], dict[str, tally_state.CallRecord], list[AnyMessage]]:
     """An accepted plan: it starts running, and answers every call it replaces."""
     record = {
         "id": replan.plan_id,
@@ -347,7 +347,7 @@ def _accept(
         "failed": [],
         "outputs": {},
     }
-    calls: dict[str, ledger_state.CallRecord] = {}
+    calls: dict[str, tally_state.CallRecord] = {}
     messages: list[AnyMessage] = []
     for call_id, waiting in replan.waiting.items():
         error = _replanned(ToolError.model_validate(waiting["error"]), plan)
@@ -403,13 +403,13 @@ def plan_call_id(plan_id: int, position: int) -> str:
     >>> plan_call_id(3, 12)
     'replan-3-12'
     """
-    return f"{ledger_state.PLAN_CALL_PREFIX}{plan_id}-{position}"
+    return f"{tally_state.PLAN_CALL_PREFIX}{plan_id}-{position}"
 
 
 def _step_of(call_id: str, plan_id: int, steps: Sequence[str]) -> str:
     """The step a plan call id names (an id issued before ids were positions is the
     step's own id)."""
-    tail = call_id.removeprefix(f"{ledger_state.PLAN_CALL_PREFIX}{plan_id}-")
+    tail = call_id.removeprefix(f"{tally_state.PLAN_CALL_PREFIX}{plan_id}-")
     return steps[int(tail)] if tail.isdigit() and int(tail) < len(steps) else tail
 
 
@@ -433,7 +433,7 @@ def _next_layer(record: dict[str, Any], plan: Plan) -> list[ToolCall]:
 def advance_plan(state: Any, messages_key: str = "messages") -> dict[str, Any]:
     """Advance the running plan by one layer: record the last layer's results, issue
     the next (pure over the state; the tools node executes the steps)."""
-    current = ledger_state.read_ledger(state).get("plan")
+    current = tally_state.read_tally(state).get("plan")
     if not current or current.get("status") != "running":
         return {}
     record = {
@@ -443,7 +443,7 @@ def advance_plan(state: Any, messages_key: str = "messages") -> dict[str, Any]:
         "outputs": dict(current["outputs"]),
     }
     plan = Plan.model_validate(record["plan"])
-    _record_answers(record, ledger_state.read_messages(state, messages_key))
+    _record_answers(record, tally_state.read_messages(state, messages_key))
     issue: list[ToolCall] = []
     status = plan_status(plan, record["done"], record["failed"])
     if status == "running":
@@ -478,7 +478,7 @@ class PlanExecutorNode(ResilienceNode):
 
 def route_after_executor(state: Any, messages_key: str = "messages") -> Literal["tools"] | Next:
     """``tools`` when the executor issued a layer, else the common `next_step`."""
-    messages = ledger_state.read_messages(state, messages_key)
+    messages = tally_state.read_messages(state, messages_key)
     last = messages[-1] if messages else None
     if isinstance(last, AIMessage) and last.name == PLANNER_NAME and last.tool_calls:
         return "tools"

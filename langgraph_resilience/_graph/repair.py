@@ -6,7 +6,7 @@ and binds exactly the failing tool, so the reply is a corrected call. Repair
 can loop too, so it is bounded: at most ``policy.max_repair`` repairs per
 original call (MAX_REPAIR), and every repair LLM call counts against the
 task's ``max_recovery_llm_calls``. Both counters live in the checkpointed
-ledger, so a resume cannot reset them. A repair that proposes arguments
+tally, so a resume cannot reset them. A repair that proposes arguments
 identical to an already failed attempt is rejected without executing.
 
 The corrected call keeps the original ``tool_call_id``: the tools node runs it
@@ -37,12 +37,12 @@ from langgraph.errors import GraphBubbleUp
 from langgraph_resilience._graph.node import ResilienceNode
 from langgraph_resilience._graph.state import (
     CallRecord,
-    Ledger,
-    TaskLedger,
+    Tally,
+    TaskTally,
     current_slots,
     current_task,
-    read_ledger,
     read_messages,
+    read_tally,
     task_view,
 )
 from langgraph_resilience._graph.tools import error_message
@@ -132,8 +132,8 @@ class RepairNode(ResilienceNode):
         self.messages_key = messages_key
 
     def _requests(self, state: Any) -> tuple[list[_Request], int]:
-        ledger = read_ledger(state)
-        calls = ledger.get("calls") or {}
+        tally = read_tally(state)
+        calls = tally.get("calls") or {}
         messages = read_messages(state, self.messages_key)
         requests = []
         for slot in current_slots(state, self.messages_key):
@@ -223,7 +223,7 @@ class RepairNode(ResilienceNode):
                     messages.append(error_message(error, exhausted=exhausted))
             calls[request.slot] = record
         task_id = current_task(read_messages(state, self.messages_key))
-        delta: Ledger = {
+        delta: Tally = {
             "calls": calls,
             "llm_calls": llm_calls,
             "task": {"id": task_id, "llm_calls": llm_calls, "seen": seen},
@@ -298,9 +298,9 @@ def _shown_args(args: Any) -> str:
     return json.dumps(shown, sort_keys=True, default=str)
 
 
-def _task(state: Any, messages_key: str) -> TaskLedger:
-    """The current task's view of the ledger."""
-    return task_view(read_ledger(state), current_task(read_messages(state, messages_key)))
+def _task(state: Any, messages_key: str) -> TaskTally:
+    """The current task's view of the tally."""
+    return task_view(read_tally(state), current_task(read_messages(state, messages_key)))
 
 
 def _summary(error: ToolError) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from langgraph_resilience._graph.state import (
     current_slots,
     current_task,
     last_ai_message,
-    merge_ledger,
-    read_ledger,
+    merge_tally,
     read_messages,
+    read_tally,
     task_view,
 )
 from langgraph_resilience.events import Event, emit
@@ -49,7 +49,7 @@ Next = Literal["repair", "tools", "retry", "planner", "escalate", "executor", "a
 
 
 def _pending(state: Any, messages_key: str) -> set[str]:
-    calls = read_ledger(state).get("calls") or {}
+    calls = read_tally(state).get("calls") or {}
     return {
         "ready" if record["status"] == "scheduled" and record["due"] is None else record["status"]
         for slot in current_slots(state, messages_key)
@@ -66,14 +66,14 @@ def next_step(state: Any, messages_key: str = "messages") -> Next:
     executor while a replan runs; then the agent once every call of the turn
     is answered. An aborted task ends the run (the next human message starts afresh).
     """
-    ledger = read_ledger(state)
-    if task_view(ledger, current_task(read_messages(state, messages_key))).get("aborted"):
+    tally = read_tally(state)
+    if task_view(tally, current_task(read_messages(state, messages_key))).get("aborted"):
         return "__end__"
     pending = _pending(state, messages_key)
     for status, route in _ORDER:
         if status in pending:
             return route
-    plan = ledger.get("plan")
+    plan = tally.get("plan")
     if plan is not None and plan.get("status") == "running":
         return "executor"
     return "agent"
@@ -93,22 +93,22 @@ def next_after(state: Any, update: Any, messages_key: str = "messages") -> Next:
     Commands and one dict), computed in the node: no branch after it, so LangGraph
     neither copies the channels nor replays the reducers to read that state again.
 
-    The ledger delta is merged as the reducer would; the messages matter only for the
+    The tally delta is merged as the reducer would; the messages matter only for the
     latest assistant and human messages, which ToolMessages never change."""
     parts = update if isinstance(update, list) else [update]
-    ledger = read_ledger(state)
+    tally = read_tally(state)
     added: list[Any] = []
     for part in parts:
         body = part.update if isinstance(part, Command) else part
         if not isinstance(body, dict):
             continue  # a Command whose update is not a mapping: nothing the router reads
         if body.get("resilience"):
-            ledger = merge_ledger(ledger, body["resilience"])
+            tally = merge_tally(tally, body["resilience"])
         added.extend(body.get(messages_key) or [])
     messages = read_messages(state, messages_key)
     if any(not isinstance(message, ToolMessage) for message in added):
         messages = cast("list[AnyMessage]", add_messages(list[Any](messages), added))
-    return next_step({messages_key: messages, "resilience": ledger}, messages_key)
+    return next_step({messages_key: messages, "resilience": tally}, messages_key)
 
 
 class SelfRouted(ResilienceNode):

@@ -1,9 +1,11 @@
-"""`ResilienceState` and the per-thread ledger, merged by a reducer.
+"""`ResilienceState` and the per-thread tally, merged by a reducer.
 
-The ledger is the checkpointed memory of recovery: how often each call ran,
+The tally is the checkpointed memory of recovery: how often each call ran,
 which calls wait for a retry and when, what the current task has spent. Because
 it lives in graph state it survives a crash and a resume, so no budget resets
-(LangGraph's `RetryPolicy` counter lives in memory and does).
+(LangGraph's `RetryPolicy` counter lives in memory and does). It is a tally, not a
+ledger: "ledger" in this package is the exactly-once ledger of side effects
+(`stores`), which outlives the thread's checkpoints.
 
 A call's identity is its *position* in the thread, its `call_slot`: the
 assistant message it belongs to and its index there, never the provider's
@@ -17,21 +19,21 @@ section), so an ordinary long conversation never runs out of budget. Lifetime
 counters (``tool_attempts``, ``llm_calls``, ``replans``, ``events``) keep
 counting for the whole thread.
 
-Writes to the ``resilience`` channel are *deltas*, merged by `merge_ledger`:
+Writes to the ``resilience`` channel are *deltas*, merged by `merge_tally`:
 call records merge per slot (the record with more attempts wins, ties go to
 the newer write), counters add up, and a delta naming a new task starts a fresh
 task section. Parallel writers in one super-step therefore never lose an
-update. A whole ledger (one that came out of `merge_ledger`, e.g. a subgraph's
+update. A whole tally (one that came out of `merge_tally`, e.g. a subgraph's
 final state handed to its parent) carries a revision and *replaces* an older
-one instead of being added to it. This module is the ledger's only algebra:
-`merge_ledger` (the reducer), `compose_deltas` (two deltas of one step as one,
+one instead of being added to it. This module is the tally's only algebra:
+`merge_tally` (the reducer), `compose_deltas` (two deltas of one step as one,
 held by a property test to equal merging them in order) and `apply_update` (the
 state an update leaves, for recovery steps run inside one node).
 
-Everything in the ledger is plain JSON, so every LangGraph checkpointer stores it
+Everything in the tally is plain JSON, so every LangGraph checkpointer stores it
 without custom serializers.
 
-The ledger is bounded: its size does not grow with the thread. A finished call
+The tally is bounded: its size does not grow with the thread. A finished call
 (``ok``/``failed``) is answered by its `ToolMessage`, so nothing decides on its
 record any more (the planner reads the task's answered calls from its messages):
 a clean success (one attempt, nothing recovered) is dropped at
@@ -40,7 +42,7 @@ dropped when the calls of a later assistant message are recorded. Only the
 count of dropped records stays (``done``). The loop guard remembers the
 `SEEN_KEYS` most recently issued distinct calls of a task, ``informed`` the
 `INFORMED_KEYS` latest effects, and a kept finished record's arguments larger
-than `INLINE_ARGS_BYTES` are stored by digest. A ledger written before this
+than `INLINE_ARGS_BYTES` are stored by digest. A tally written before this
 bound (every record kept) loads as is and is compacted by its first delta.
 """
 
@@ -65,23 +67,23 @@ __all__ = [
     "SEEN_KEYS",
     "CallRecord",
     "CallSlot",
-    "Ledger",
-    "ResilienceLedger",
+    "Tally",
+    "ResilienceTally",
     "ResilienceState",
-    "TaskLedger",
+    "TaskTally",
     "apply_update",
     "call_slot",
     "compose_deltas",
     "current_calls",
     "current_slots",
     "current_task",
-    "empty_ledger",
+    "empty_tally",
     "empty_task",
     "is_clean",
     "last_ai_message",
-    "merge_ledger",
+    "merge_tally",
     "message_slot",
-    "read_ledger",
+    "read_tally",
     "read_messages",
     "task_view",
 ]
@@ -94,7 +96,7 @@ PLAN_CALL_PREFIX = "replan-"
 """Tool-call ids of replan steps start with this: the executor issued them."""
 
 RECENT_KEYS = 8
-"""How many recently issued call keys the ledger keeps (loop patterns)."""
+"""How many recently issued call keys the tally keeps (loop patterns)."""
 
 SEEN_KEYS = 64
 """How many distinct call keys a task's loop guard remembers (``seen``, ``failed``):
@@ -102,10 +104,10 @@ the most recently issued ones. A call repeated after 64 other distinct calls is 
 counted as a repeat of the first."""
 
 INFORMED_KEYS = 64
-"""How many unknown-outcome effects the ledger remembers telling the agent of."""
+"""How many unknown-outcome effects the tally remembers telling the agent of."""
 
 HELD_KEYS = 256
-"""How many distinct side effects (tool + arguments) the ledger counts as done."""
+"""How many distinct side effects (tool + arguments) the tally counts as done."""
 
 INLINE_ARGS_BYTES = 1024
 """A kept finished record's arguments above this size (as JSON) are stored by digest."""
@@ -115,7 +117,7 @@ FINISHED: frozenset[str] = frozenset({"ok", "failed"})
 
 
 class CallRecord(TypedDict):
-    """What the ledger knows about one tool call (keyed by its `call_slot`).
+    """What the tally knows about one tool call (keyed by its `call_slot`).
 
     Optional keys: ``args`` (the arguments now in force, after coercion or
     repair), ``repairs`` (reflection repairs spent), ``trail`` (each failed
@@ -160,7 +162,7 @@ class CallRecord(TypedDict):
     """A side effect's idempotency key (set once one of its attempts failed)."""
 
 
-class TaskLedger(TypedDict, total=False):
+class TaskTally(TypedDict, total=False):
     """What the current task (the turns since the latest human message) has spent."""
 
     id: str
@@ -184,12 +186,12 @@ class TaskLedger(TypedDict, total=False):
     """A human aborted the task; once true it stays true until the next task."""
 
 
-class Ledger(TypedDict, total=False):
-    """The per-thread ledger held in the ``resilience`` channel."""
+class Tally(TypedDict, total=False):
+    """The per-thread tally held in the ``resilience`` channel."""
 
     calls: dict[str, CallRecord]
     """Per `call_slot`: what happened to each call."""
-    task: TaskLedger
+    task: TaskTally
     """The current task's budgets and loop guard."""
     tool_attempts: int
     """Tool executions in this thread's whole life (the optional lifetime cap)."""
@@ -219,14 +221,14 @@ class Ledger(TypedDict, total=False):
     as its slots' prefix, when `done` counts them instead of `calls` holding them."""
     done: dict[str, int]
     """Finished call records dropped from `calls`, by status: the thread's history of
-    answered calls is in its messages, the ledger keeps only their count. In a delta:
+    answered calls is in its messages, the tally keeps only their count. In a delta:
     clean successes the step counts instead of writing their records."""
     rev: int
-    """Set on every merged (whole) ledger, never on a delta: a whole ledger written
+    """Set on every merged (whole) tally, never on a delta: a whole tally written
     back (a subgraph's output) replaces an older one instead of adding to it."""
 
 
-def empty_task(task_id: str = "") -> TaskLedger:
+def empty_task(task_id: str = "") -> TaskTally:
     """A task with nothing spent."""
     return {
         "id": task_id,
@@ -241,8 +243,8 @@ def empty_task(task_id: str = "") -> TaskLedger:
     }
 
 
-def empty_ledger() -> Ledger:
-    """A ledger with nothing spent."""
+def empty_tally() -> Tally:
+    """A tally with nothing spent."""
     return {
         "calls": {},
         "task": empty_task(),
@@ -258,24 +260,24 @@ def empty_ledger() -> Ledger:
     }
 
 
-def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
-    """Reducer of the ``resilience`` channel: apply a delta to the ledger.
+def merge_tally(current: Tally | None, update: Tally | None) -> Tally:
+    """Reducer of the ``resilience`` channel: apply a delta to the tally.
 
     Copy-on-write: the result shares the containers the delta does not touch with
     `current`, and replaces (never mutates) those it does, so a checkpointed value
     is never changed in place and a step pays only for what it wrote.
 
-    >>> a = merge_ledger(None, {"tool_attempts": 1, "events": {"attempt": 1}})
-    >>> merge_ledger(a, {"tool_attempts": 2, "events": {"attempt": 2}})["tool_attempts"]
+    >>> a = merge_tally(None, {"tool_attempts": 1, "events": {"attempt": 1}})
+    >>> merge_tally(a, {"tool_attempts": 2, "events": {"attempt": 2}})["tool_attempts"]
     3
     """
     merged = _filled(current)
     if not update:
         return merged
-    if "rev" in update:  # a whole ledger: the newer one stands, nothing is added twice
+    if "rev" in update:  # a whole tally: the newer one stands, nothing is added twice
         if int(update["rev"] or 0) < int(merged["rev"]):
             return merged
-        whole = empty_ledger()
+        whole = empty_tally()
         whole.update({k: v for k, v in update.items() if v is not None})  # type: ignore[typeddict-item]
         return whole
     merged["rev"] = int(merged["rev"]) + 1
@@ -310,13 +312,13 @@ def merge_ledger(current: Ledger | None, update: Ledger | None) -> Ledger:
     return merged
 
 
-def compose_deltas(first: Ledger, then: Ledger) -> Ledger:
+def compose_deltas(first: Tally, then: Tally) -> Tally:
     """Two deltas of one tools step (`then` written after `first`, as a retry inside the
-    step does) as the one delta the step writes: ``merge_ledger(L, compose_deltas(a,
-    b))`` equals ``merge_ledger(merge_ledger(L, a), b)`` but for the revision (a
-    property test holds it to that). Each section combines by `merge_ledger`'s rule."""
+    step does) as the one delta the step writes: ``merge_tally(L, compose_deltas(a,
+    b))`` equals ``merge_tally(merge_tally(L, a), b)`` but for the revision (a
+    property test holds it to that). Each section combines by `merge_tally`'s rule."""
     task_a, task_b = first.get("task") or {}, then.get("task") or {}
-    task: TaskLedger = {**task_a, **task_b}
+    task: TaskTally = {**task_a, **task_b}
     task["tool_attempts"] = int(task_a.get("tool_attempts") or 0) + int(
         task_b.get("tool_attempts") or 0
     )
@@ -326,7 +328,7 @@ def compose_deltas(first: Ledger, then: Ledger) -> Ledger:
     starts = [at for at in (task_a.get("started_at"), task_b.get("started_at")) if at is not None]
     if starts:
         task["started_at"] = min(starts)
-    delta: Ledger = {
+    delta: Tally = {
         "calls": _newer_calls(first.get("calls") or {}, then.get("calls") or {}),
         "task": task,
         "tool_attempts": int(first.get("tool_attempts") or 0) + int(then.get("tool_attempts") or 0),
@@ -352,12 +354,12 @@ def apply_update(
     state: Mapping[str, Any], update: Mapping[str, Any], messages_key: str = "messages"
 ) -> dict[str, Any]:
     """The state a node's `update` leaves, as the graph's reducers would make it: the
-    ledger merged, the messages added, any other key replaced. Recovery steps run in
+    tally merged, the messages added, any other key replaced. Recovery steps run in
     one node read it instead of waiting for the graph to apply each update."""
     new = dict(state)
     for key, value in update.items():
         if key == "resilience":
-            new[key] = merge_ledger(read_ledger(state), value)
+            new[key] = merge_tally(read_tally(state), value)
         elif key == messages_key:
             new[key] = add_messages(list(state.get(key) or []), list(value or []))
         else:
@@ -392,21 +394,21 @@ def _summed(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
     return summed
 
 
-def _filled(current: Ledger | None) -> Ledger:
-    """A shallow copy of `current` with every section present (a merged ledger has them
+def _filled(current: Tally | None) -> Tally:
+    """A shallow copy of `current` with every section present (a merged tally has them
     all already: only a missing or None one is filled with a fresh empty value)."""
     if not current:
-        return empty_ledger()
-    if "rev" in current and current.keys() >= _LEDGER_SECTIONS:
-        return {**current}  # merge_ledger's own output: complete, no None but `plan`
-    merged = empty_ledger()
+        return empty_tally()
+    if "rev" in current and current.keys() >= _TALLY_SECTIONS:
+        return {**current}  # merge_tally's own output: complete, no None but `plan`
+    merged = empty_tally()
     for name, value in current.items():
         if value is not None:
             merged[name] = value  # type: ignore[literal-required]
     return merged
 
 
-_LEDGER_SECTIONS = frozenset(empty_ledger())
+_TALLY_SECTIONS = frozenset(empty_tally())
 
 
 def _merge_calls(
@@ -490,10 +492,10 @@ def _latest(entries: dict[str, Any], limit: int) -> dict[str, Any]:
     return dict(list(entries.items())[-limit:])
 
 
-def _merge_task(current: TaskLedger, update: TaskLedger) -> TaskLedger:
+def _merge_task(current: TaskTally, update: TaskTally) -> TaskTally:
     """A task delta: added to the current task, or the start of a new one."""
     task_id = update.get("id")
-    merged: TaskLedger = (
+    merged: TaskTally = (
         empty_task(task_id) if task_id is not None and task_id != current.get("id") else current
     )
     if merged.keys() >= _TASK_SECTIONS:
@@ -541,30 +543,30 @@ def _added(
     return _latest(added, limit) if limit is not None else added
 
 
-ResilienceLedger = Annotated[Ledger, merge_ledger]
+ResilienceTally = Annotated[Tally, merge_tally]
 """The channel type, for states that cannot inherit `ResilienceState`:
-``resilience: ResilienceLedger`` declares the same channel."""
+``resilience: ResilienceTally`` declares the same channel."""
 
 
 class ResilienceState(TypedDict, total=False):
     """Mix into your graph state: ``class State(MessagesState, ResilienceState): ...``.
 
     It is a `typing_extensions.TypedDict`, like LangGraph's `MessagesState`; a
-    state built on `typing.TypedDict` declares ``resilience: ResilienceLedger``.
-    In a subgraph, give the parent the channel too (the subgraph's ledger then
+    state built on `typing.TypedDict` declares ``resilience: ResilienceTally``.
+    In a subgraph, give the parent the channel too (the subgraph's tally then
     replaces the parent's on the way out), or compile the subgraph with
-    ``checkpointer=True`` so it keeps its own ledger between parent turns.
+    ``checkpointer=True`` so it keeps its own tally between parent turns.
     """
 
-    resilience: ResilienceLedger
+    resilience: ResilienceTally
 
 
-def read_ledger(state: Any) -> Ledger:
-    """The ledger in a graph state (dict or object), or an empty one."""
+def read_tally(state: Any) -> Tally:
+    """The tally in a graph state (dict or object), or an empty one."""
     value = (
         state.get("resilience") if isinstance(state, dict) else getattr(state, "resilience", None)
     )
-    return value if value else empty_ledger()
+    return value if value else empty_tally()
 
 
 def read_messages(state: Any, messages_key: str) -> Sequence[AnyMessage]:
@@ -601,12 +603,12 @@ def current_task(messages: Sequence[AnyMessage]) -> str:
     return ""
 
 
-def task_view(ledger: Ledger, task_id: str) -> TaskLedger:
-    """The ledger's task section when it is `task_id`'s, else a fresh task (nothing of
+def task_view(tally: Tally, task_id: str) -> TaskTally:
+    """The tally's task section when it is `task_id`'s, else a fresh task (nothing of
     an earlier task counts in a new one). Read it, never write it."""
-    task = ledger.get("task")
+    task = tally.get("task")
     if task and task.get("id", "") == task_id:
-        # read-only: a complete section is shared with the ledger, not copied
+        # read-only: a complete section is shared with the tally, not copied
         return task if task.keys() >= _TASK_SECTIONS else {**empty_task(task_id), **task}
     return empty_task(task_id)
 

@@ -7,7 +7,7 @@ update leaves, until no short wait is left. Each run is a whole tools step (the
 batch planned afresh, so budgets, deadlines, breakers and the exactly-once ledger
 apply to every attempt; every attempt emits its ``attempt`` event and counts in the
 call's record), and the step writes their updates as one. A long wait stays in the
-ledger for the retry node, checkpointed and resumable.
+tally for the retry node, checkpointed and resumable.
 
 The crash rule is `core.decision.retry_in_step`'s: the step's attempts are
 checkpointed when it ends; a crash inside it resumes from the checkpoint before it
@@ -26,7 +26,7 @@ from typing import Any
 from langchain_core.messages import AnyMessage
 from langgraph.types import Command
 
-from langgraph_resilience._graph.state import Ledger, apply_update, compose_deltas
+from langgraph_resilience._graph.state import Tally, apply_update, compose_deltas
 from langgraph_resilience._graph.tool_batch import ToolSettings
 from langgraph_resilience.core.decision import retry_in_step
 from langgraph_resilience.core.flow import Flow, Sleep
@@ -70,7 +70,7 @@ def _retried(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
             break
         update = again
         total = _combined(cfg, total, update)
-        if not _ledger_of(_parts(update)[1]).get("calls"):
+        if not _tally_of(_parts(update)[1]).get("calls"):
             break  # nothing was due after all (a clock whose sleep moves no time)
     if backoffs:
         total = _combined(cfg, total, {"resilience": {"events": {"backoff": backoffs}}})
@@ -103,18 +103,18 @@ def _parts(update: Update) -> tuple[list[Command[Any]], dict[str, Any]]:
     return commands, ours
 
 
-def _ledger_of(update: Mapping[str, Any]) -> Ledger:
+def _tally_of(update: Mapping[str, Any]) -> Tally:
     found = update.get("resilience")
     return found if isinstance(found, dict) else {}  # type: ignore[return-value]
 
 
 def _combined(cfg: ToolSettings, first: Update, then: Update) -> Update:
-    """Two updates of one step as one: messages in order, the ledger deltas composed."""
+    """Two updates of one step as one: messages in order, the tally deltas composed."""
     commands_a, a = _parts(first)
     commands_b, b = _parts(then)
     key = cfg.messages_key
     messages: list[AnyMessage] = [*(a.get(key) or []), *(b.get(key) or [])]
-    ledger = compose_deltas(_ledger_of(a), _ledger_of(b))
-    merged: dict[str, Any] = {**a, **b, key: messages, "resilience": ledger}
+    tally = compose_deltas(_tally_of(a), _tally_of(b))
+    merged: dict[str, Any] = {**a, **b, key: messages, "resilience": tally}
     commands = [*commands_a, *commands_b]
     return [*commands, merged] if commands else merged

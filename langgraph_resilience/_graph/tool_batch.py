@@ -29,14 +29,14 @@ from langgraph_resilience._graph.answers import (
 from langgraph_resilience._graph.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
-    Ledger,
-    TaskLedger,
+    Tally,
+    TaskTally,
     call_slot,
     current_task,
     last_ai_message,
     message_slot,
-    read_ledger,
     read_messages,
+    read_tally,
     task_view,
 )
 from langgraph_resilience.core.canonical import call_key
@@ -121,7 +121,7 @@ class Preflight:
     repairable: bool = False
     """Arguments that are not JSON: reflection repair may still produce a valid call."""
     slot: str = ""
-    """The call's slot in the ledger."""
+    """The call's slot in the tally."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -132,8 +132,8 @@ class Batch:
     ai_index: int
     ai: AIMessage
     now: float
-    task: TaskLedger
-    """The current task's view of the ledger (a fresh one when this turn starts it)."""
+    task: TaskTally
+    """The current task's view of the tally (a fresh one when this turn starts it)."""
     runnable: list[ToolCall] = dataclasses.field(default_factory=list)
     preflight: list[Preflight] = dataclasses.field(default_factory=list)
     keys: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -148,7 +148,7 @@ class Batch:
     spent: set[str] = dataclasses.field(default_factory=set)
     approved: set[str] = dataclasses.field(default_factory=set)
     informed: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """The ledger's unknown effects the agent was told of, by key -> task."""
+    """The tally's unknown effects the agent was told of, by key -> task."""
     held: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """The side effects done that the thread holds, by call key -> how many."""
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -220,17 +220,17 @@ def plan_batch(cfg: ToolSettings, state: Any, *, upto: str | None = None) -> Bat
     if found is None:
         return None
     ai_index, ai = found
-    ledger = read_ledger(state)
-    calls = ledger.get("calls") or {}
-    gone = ledger.get("gone") or {}
-    task = task_view(ledger, current_task(messages))
+    tally = read_tally(state)
+    calls = tally.get("calls") or {}
+    gone = tally.get("gone") or {}
+    task = task_view(tally, current_task(messages))
     batch = Batch(
         ai_index,
         ai,
         cfg.clock.time(),
         task,
-        informed=ledger.get("informed") or {},
-        held=ledger.get("held") or {},
+        informed=tally.get("informed") or {},
+        held=tally.get("held") or {},
     )
     answered = {m.tool_call_id for m in messages[ai_index + 1 :] if isinstance(m, ToolMessage)}
     repaired = _invalid_calls(cfg, batch, answered, calls)
@@ -246,7 +246,7 @@ def plan_batch(cfg: ToolSettings, state: Any, *, upto: str | None = None) -> Bat
             count = reused.get(call_id, 0)
             batch.preflight.append(Preflight(call_id_error(call, count), slot=slot))
         else:
-            _consider(cfg, batch, ledger, slot, call, calls=calls, gone=gone, budget=budget)
+            _consider(cfg, batch, tally, slot, call, calls=calls, gone=gone, budget=budget)
         if upto is not None and call_id == upto and call_id not in reused:
             break
     return batch
@@ -264,7 +264,7 @@ def _reused_ids(calls: list[ToolCall]) -> Mapping[str | None, int]:
 def _consider(
     cfg: ToolSettings,
     batch: Batch,
-    ledger: Ledger,
+    tally: Tally,
     slot: str,
     call: ToolCall,
     *,
@@ -287,12 +287,12 @@ def _consider(
         return
     args = dict(record["args"]) if record is not None and "args" in record else call["args"]
     key = call_key(name, args, noise_fields=cfg.policy.noise_fields)
-    if record is None:  # a call issued now, not a retry of one in the ledger
+    if record is None:  # a call issued now, not a retry of one in the tally
         admitted = _admit(cfg, batch, call, key, slot, gone=gone)
         if admitted is None:
             return
         name, args, key = admitted
-    exhausted = _exhausted(cfg, batch, ledger, budget[0])
+    exhausted = _exhausted(cfg, batch, tally, budget[0])
     if exhausted is not None:
         error = last_error(record) or budget_error(call, exhausted)
         batch.preflight.append(Preflight(error, exhausted, key, slot=slot))
@@ -443,7 +443,7 @@ def _avoid_gone(
 
 
 def _exhausted(
-    cfg: ToolSettings, batch: Batch, ledger: Ledger, budget_left: int
+    cfg: ToolSettings, batch: Batch, tally: Tally, budget_left: int
 ) -> ExhaustionReason | None:
     """The task budget (or the thread's lifetime cap) that stops a call from running."""
     started_at = batch.task.get("started_at")
@@ -453,7 +453,7 @@ def _exhausted(
     if budget_left <= 0:
         return "max_tool_attempts"
     lifetime = cfg.policy.max_thread_tool_attempts
-    if lifetime is not None and int(ledger.get("tool_attempts") or 0) + len(batch.runnable) >= (
+    if lifetime is not None and int(tally.get("tool_attempts") or 0) + len(batch.runnable) >= (
         lifetime
     ):
         return "max_thread_tool_attempts"

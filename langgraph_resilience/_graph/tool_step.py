@@ -1,9 +1,9 @@
-"""How a tools step settles its calls: the per-call state machine over the ledger.
+"""How a tools step settles its calls: the per-call state machine over the tally.
 
 After ToolNode ran the batch, each call's outcome becomes its next state in the
-ledger: answered (ok or failed), scheduled for a retry, sent to repair, replan or
+tally: answered (ok or failed), scheduled for a retry, sent to repair, replan or
 escalation, or handed to a fallback; partial batches keep what succeeded. The
-step's ledger delta and messages are the node's update; the failures that left
+step's tally delta and messages are the node's update; the failures that left
 their tool are the breaker reports the node sends once (a breaker counts logical
 calls). Pure over (state, batch, ToolNode's output, `ToolSettings`).
 """
@@ -30,12 +30,12 @@ from langgraph_resilience._graph.mcp import skipped_message
 from langgraph_resilience._graph.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
-    Ledger,
-    TaskLedger,
+    Tally,
+    TaskTally,
     current_calls,
     is_clean,
     message_slot,
-    read_ledger,
+    read_tally,
 )
 from langgraph_resilience._graph.status_checks import check_with
 from langgraph_resilience._graph.step_scope import CallOutcome
@@ -54,8 +54,8 @@ __all__ = ["Step", "finish_step"]
 class Step:
     """What one tools step accumulates while settling its calls."""
 
-    ledger: Ledger
-    task: TaskLedger
+    tally: Tally
+    task: TaskTally
     task_attempts: int
     elapsed: float
     calls: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
@@ -72,7 +72,7 @@ class Step:
     informed: dict[str, str] = dataclasses.field(default_factory=dict)
     """Effects of unknown outcome the agent was told of in this step, by key -> task."""
     held: dict[str, int] = dataclasses.field(default_factory=dict)
-    """Side effects this step answered as done, by call key (the ledger's ``held``)."""
+    """Side effects this step answered as done, by call key (the tally's ``held``)."""
     done: int = 0
     """Clean first tries settled without a record (`_settle_clean`)."""
 
@@ -87,9 +87,9 @@ def finish_step(
     output: Any,
     outcomes: Mapping[str, CallOutcome] | None = None,
 ) -> tuple[Any, list[BreakerReport]]:
-    """The node's update for one step (messages and ledger delta), and its breaker
+    """The node's update for one step (messages and tally delta), and its breaker
     reports, from ToolNode's output and what the interception learned of each call."""
-    ledger = read_ledger(state)
+    tally = read_tally(state)
     results, commands = split_output(output, cfg.messages_key)
     outcomes = outcomes or {}
     raised = {call_id: o.raised for call_id, o in outcomes.items() if o.raised is not None}
@@ -97,7 +97,7 @@ def finish_step(
     executed = len(batch.runnable) - len(refused)
     started_at = batch.task.get("started_at")
     step = Step(
-        ledger=ledger,
+        tally=tally,
         task=batch.task,
         task_attempts=int(batch.task.get("tool_attempts") or 0) + executed,
         elapsed=batch.now - (started_at or batch.now),
@@ -106,7 +106,7 @@ def finish_step(
         call_id = issued["id"] or ""
         message, outcome = results.get(call_id), outcomes.get(call_id) or CallOutcome()
         _settle_call(cfg, step, batch, issued, message, outcome=outcome, refused=refused)
-    calls = ledger.get("calls") or {}
+    calls = tally.get("calls") or {}
     for item in batch.preflight:
         _settle_preflight(cfg, step, item, calls)
     _end_waits_past_budget(cfg, step, state, batch)
@@ -130,7 +130,7 @@ def _settle_call(
     """One executed (or refused) call: its new record, then success, failure or partial."""
     call_id = issued["id"] or ""
     slot = batch.slots[call_id]
-    previous = (step.ledger.get("calls") or {}).get(slot)
+    previous = (step.tally.get("calls") or {}).get(slot)
     ran = call_id not in refused
     fixed, raised = (outcome.coercion, outcome.raised) if message is not None else (None, None)
     first_try = previous is None and ran and fixed is None and raised is None
@@ -192,7 +192,7 @@ def _clean_first_try(
 def _settle_clean(
     cfg: ToolSettings, step: Step, batch: Batch, call: ToolCall, message: ToolMessage
 ) -> None:
-    """A clean first try: counted in the ledger's ``done``, answered by its ToolMessage
+    """A clean first try: counted in the tally's ``done``, answered by its ToolMessage
     alone (no record is built: there is nothing in it to keep)."""
     step.count("attempt")
     cfg.deposit(call["name"], batch.now)
@@ -289,7 +289,7 @@ def _paths(cfg: ToolSettings, step: Step, record: CallRecord, error: ToolError) 
     """What the graph offers a failed call besides retry and repair: its next fallback
     still worth a call, the planner, a human, a skip when its MCP server is down."""
     tried = [*record.get("tried", []), record["tool"]]
-    gone = {**(step.ledger.get("gone") or {}), **step.gone}
+    gone = {**(step.tally.get("gone") or {}), **step.gone}
     fallbacks = cfg.fallbacks(tried[0], tried, gone, cfg.clock.time())
     call_id = record.get("call_id") or error.call_id or ""
     return Paths(
@@ -533,7 +533,7 @@ def _end_waits_past_budget(cfg: ToolSettings, step: Step, state: Any, batch: Bat
     wait to be refused: settle them now instead of sleeping first."""
     if step.task_attempts < cfg.policy.max_tool_attempts:
         return
-    calls = step.ledger.get("calls") or {}
+    calls = step.tally.get("calls") or {}
     for entry in current_calls(state, cfg.messages_key):
         if batch.owns is not None and entry.slot not in batch.owns:
             continue  # a sibling's own step settles it
@@ -632,12 +632,12 @@ def _answer_preflight(
     step.messages.append(error_message(error, exhausted=item.exhausted))
 
 
-def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
-    """The ledger delta of one tools step."""
+def _delta(batch: Batch, step: Step, executed: int) -> Tally:
+    """The tally delta of one tools step."""
     seen = dict(batch.seen)
     for name, count in step.seen.items():
         seen[name] = seen.get(name, 0) + count
-    task_delta: TaskLedger = {
+    task_delta: TaskTally = {
         "id": batch.task.get("id", ""),
         "tool_attempts": executed,
         "seen": seen,
@@ -646,7 +646,7 @@ def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
     }
     if batch.task.get("started_at") is None and executed:
         task_delta["started_at"] = batch.now
-    known = step.ledger.get("calls") or {}
+    known = step.tally.get("calls") or {}
     calls: dict[str, CallRecord] = {}
     done = step.done
     for slot, record in step.calls.items():
@@ -654,7 +654,7 @@ def _delta(batch: Batch, step: Step, executed: int) -> Ledger:
             done += 1  # the reducer would drop it: the ToolMessage is its answer
         else:
             calls[slot] = record
-    delta: Ledger = {
+    delta: Tally = {
         "calls": calls,
         "task": task_delta,
         "tool_attempts": executed,

@@ -35,7 +35,7 @@ from langgraph_resilience._graph.planner import PlanExecutorNode, PlannerNode, r
 from langgraph_resilience._graph.repair import RepairNode
 from langgraph_resilience._graph.retry import RetryNode
 from langgraph_resilience._graph.router import Next, SelfRouted, next_step, route_after_agent
-from langgraph_resilience._graph.state import merge_ledger
+from langgraph_resilience._graph.state import merge_tally
 from langgraph_resilience._graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
@@ -70,11 +70,11 @@ def _check_state(builder: StateGraph[Any, Any, Any, Any], messages_key: str) -> 
             "messages (e.g. MessagesState) or pass messages_key= naming your messages key"
         )
     channel = channels.get("resilience")
-    if not (isinstance(channel, BinaryOperatorAggregate) and channel.operator is merge_ledger):
+    if not (isinstance(channel, BinaryOperatorAggregate) and channel.operator is merge_tally):
         raise ConfigurationError(
-            "the graph state has no 'resilience' ledger channel; declare the state as "
+            "the graph state has no 'resilience' tally channel; declare the state as "
             "`class State(MessagesState, ResilienceState): ...` (or add the field "
-            "`resilience: ResilienceLedger`)"
+            "`resilience: ResilienceTally`)"
         )
 
 

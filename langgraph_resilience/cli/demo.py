@@ -96,7 +96,7 @@ after the effect is durable in the back office, before the tool returns (the CLI
 
 
 class DemoState(MessagesState, ResilienceState):
-    """The demo graph's state: messages plus the resilience ledger."""
+    """The demo graph's state: messages plus the resilience tally."""
 
 
 # ------------------------------------------------------------------ the tools

@@ -1,5 +1,5 @@
 """Explaining a thread after the fact: every tool call, what failed, what recovered it
-and what that cost, from the checkpointed ledger and the run log."""
+and what that cost, from the checkpointed tally and the run log."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def envelope_of(message: ToolMessage | None) -> dict[str, Any]:
 def _recovered_by_record(
     klass: str, failed: str, record: Mapping[str, Any], meta: Mapping[str, Any]
 ) -> tuple[str, str, str, str] | None:
-    """The recovery the call's own ledger record shows: reconcile, fallback, repair,
+    """The recovery the call's own tally record shows: reconcile, fallback, repair,
     coercion (None when it shows none)."""
     error = record.get("error") or {}
     if meta.get("reconciled") and not error:  # the run stopped before the answer was saved
@@ -115,7 +115,7 @@ def _explain(
 class _Thread:
     """What the thread says beyond each call's record: from the run log, the classes
     of failed attempts, the backoff and the human resolutions per call id; from the
-    ledger, the plan's status and the task's replans."""
+    tally, the plan's status and the task's replans."""
 
     classes: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -127,11 +127,11 @@ class _Thread:
     replans: int = 0
 
     @classmethod
-    def of(cls, ledger: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> _Thread:
-        plan = ledger.get("plan") or {}
+    def of(cls, tally: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> _Thread:
+        plan = tally.get("plan") or {}
         thread = cls(
             plan_status=plan.get("status"),
-            replans=int((ledger.get("task") or {}).get("replans") or 0) if plan else 0,
+            replans=int((tally.get("task") or {}).get("replans") or 0) if plan else 0,
         )
         for event in events:
             call_id = str(event.get("call_id"))
@@ -149,7 +149,7 @@ class _Thread:
 
 
 def _answered_record(call_id: str, answer: ToolMessage | None, thread: _Thread) -> dict[str, Any]:
-    """What the ledger no longer keeps of an answered call (the bounded ledger drops
+    """What the tally no longer keeps of an answered call (the bounded tally drops
     finished records): its answer's recovery trail and the run log's attempts."""
     if answer is None:
         return {}
@@ -195,11 +195,11 @@ def _row(
 
 def explain_calls(values: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> list[CallRow]:
     """Every tool call of a thread, in order, with its failure, recovery and cost."""
-    ledger = values.get("resilience") or {}
-    records = ledger.get("calls") or {}
+    tally = values.get("resilience") or {}
+    records = tally.get("calls") or {}
     messages = values.get("messages") or []
     answers = {m.tool_call_id: m for m in messages if isinstance(m, ToolMessage)}
-    thread = _Thread.of(ledger, events)
+    thread = _Thread.of(tally, events)
     rows: list[CallRow] = []
     for index, message in enumerate(messages):
         if not isinstance(message, AIMessage):

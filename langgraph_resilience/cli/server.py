@@ -49,7 +49,7 @@ def _row(status: ThreadStatus) -> dict[str, Any]:
         "why": _why(status),
         "next": list(status.next),
         "updated_at": status.updated_at,
-        "tool_executions": status.ledger.get("tool_attempts", 0),
+        "tool_executions": status.tally.get("tool_attempts", 0),
     }
 
 

@@ -1,4 +1,4 @@
-"""Explaining a step as it streams: one line per resilience event, with the ledger delta."""
+"""Explaining a step as it streams: one line per resilience event, with the tally delta."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ Describer = Callable[[Event, Record, Mapping[str, ToolMessage]], str]
 
 
 def _records(update: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The step's ledger delta per call id."""
-    ledger = update.get("resilience") or {}
+    """The step's tally delta per call id."""
+    tally = update.get("resilience") or {}
     return {
         str(record.get("call_id") or slot): record
-        for slot, record in (ledger.get("calls") or {}).items()
+        for slot, record in (tally.get("calls") or {}).items()
         if record
     }
 

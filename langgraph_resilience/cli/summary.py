@@ -35,12 +35,12 @@ def _effects(session: Session, thread_id: str) -> tuple[list[dict[str, Any]], di
 
 
 def _cost(values: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    ledger = values.get("resilience") or {}
+    tally = values.get("resilience") or {}
     messages = values.get("messages") or []
     return {
-        "tool_executions": int(ledger.get("tool_attempts") or 0),
+        "tool_executions": int(tally.get("tool_attempts") or 0),
         "agent_llm_calls": sum(1 for m in messages if isinstance(m, AIMessage) and m.name is None),
-        "recovery_llm_calls": int(ledger.get("llm_calls") or 0),
+        "recovery_llm_calls": int(tally.get("llm_calls") or 0),
         "simulated_backoff_s": round(
             sum(float(e.get("seconds") or 0) for e in events if e.get(EVENT_KEY) == "backoff"),
             6,
@@ -56,7 +56,7 @@ def summary(
     values = snapshot.values
     events = session.store.events(thread_id)
     effects, per_key = _effects(session, thread_id)
-    ledger = values.get("resilience") or {}
+    tally = values.get("resilience") or {}
     messages = values.get("messages") or []
     last = messages[-1] if messages else None
     state = state_of(snapshot)
@@ -65,7 +65,7 @@ def summary(
         "kind": "summary",
         "thread_id": thread_id,
         "state": state,
-        "aborted": bool((ledger.get("task") or {}).get("aborted")),
+        "aborted": bool((tally.get("task") or {}).get("aborted")),
         "answer": last.text if isinstance(last, AIMessage) and not last.tool_calls else None,
         "calls": [dataclasses.asdict(row) for row in explain_calls(values, events)],
         "effects": effects,

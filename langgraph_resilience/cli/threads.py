@@ -57,8 +57,8 @@ def _why(status: ThreadStatus, values: Mapping[str, Any]) -> str:
         who = "being run by another process" if status.state == "running" else "stopped"
         where = f"before {', '.join(status.next)} (step {status.step})"
         return f"{who} {where if status.next else f'at step {status.step}'}{effects}"
-    ledger = values.get("resilience") or {}
-    if (ledger.get("task") or {}).get("aborted"):
+    tally = values.get("resilience") or {}
+    if (tally.get("task") or {}).get("aborted"):
         return "aborted by a human"
     messages = values.get("messages") or []
     last = messages[-1] if messages else None
@@ -95,7 +95,7 @@ def _thread_row(session: Session, args: argparse.Namespace, thread_id: str) -> d
         "step": status.step,
         "updated_at": status.updated_at,
         "demo": is_demo_thread(values),
-        "tool_executions": status.ledger.get("tool_attempts", 0),
+        "tool_executions": status.tally.get("tool_attempts", 0),
         "effects": dict(status.effects),
         "resume": resume_command(args, thread_id, answers)
         if status.state in ("pending", "interrupted") and is_demo_thread(values)

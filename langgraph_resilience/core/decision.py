@@ -89,7 +89,7 @@ def retry_in_step(wait: float, policy: ResiliencePolicy) -> bool:
 
     A short wait (at most ``policy.inline_retry_max_wait``) is slept on the step's
     clock and the call runs again in the same step: two checkpoints fewer per retry.
-    A longer one is scheduled in the ledger and slept by the retry node, so a crash
+    A longer one is scheduled in the tally and slept by the retry node, so a crash
     during it resumes with only what remains of it, and the right attempt count.
 
     The crash rule: a step's in-step attempts are checkpointed when the step ends.

@@ -29,7 +29,7 @@ __all__ = ["RECENT_WINDOW", "LoopKind", "detect_loop"]
 LoopKind = Literal["repeat", "alternating"]
 
 RECENT_WINDOW = 8
-"""How many recent issued call keys the ledger keeps for pattern detection."""
+"""How many recent issued call keys the tally keeps for pattern detection."""
 
 
 def detect_loop(

@@ -100,7 +100,7 @@ class ResiliencePolicy:
     inline_retry_max_wait: float | dt.timedelta | None = 1.0
     """The longest backoff slept *inside* the tools step: a retry whose wait is at most
     this runs again in the same step (no retry node, no extra checkpoints); a longer
-    one (a Retry-After, a late attempt's backoff) is scheduled in the ledger and slept
+    one (a Retry-After, a late attempt's backoff) is scheduled in the tally and slept
     by the retry node, checkpointed and resumable. None sends every retry through the
     retry node. The default, 1 s, covers the default policy's first two backoffs
     (up to 0.5 s and 1 s) while a checkpoint costs milliseconds; what a crash inside

@@ -191,24 +191,24 @@ class ThreadStatus:
     checkpoint_id: str | None = None
     updated_at: str | None = None
     step: int | None = None
-    ledger: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tally: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Summary of the ``resilience`` channel: tool attempts, calls by status, events."""
     effects: Mapping[str, int] = dataclasses.field(default_factory=dict)
     """Side-effect intents of the thread by status (``pending`` ones are UNKNOWN)."""
 
 
-def _ledger_summary(values: Any) -> dict[str, Any]:
-    ledger = values.get("resilience") if isinstance(values, Mapping) else None
-    if not isinstance(ledger, Mapping):
+def _tally_summary(values: Any) -> dict[str, Any]:
+    tally = values.get("resilience") if isinstance(values, Mapping) else None
+    if not isinstance(tally, Mapping):
         return {}
-    calls: dict[str, int] = {str(k): int(v) for k, v in (ledger.get("done") or {}).items()}
-    for record in (ledger.get("calls") or {}).values():
+    calls: dict[str, int] = {str(k): int(v) for k, v in (tally.get("done") or {}).items()}
+    for record in (tally.get("calls") or {}).values():
         status = str(record.get("status", "?"))
         calls[status] = calls.get(status, 0) + 1
     return {
-        "tool_attempts": int(ledger.get("tool_attempts") or 0),
+        "tool_attempts": int(tally.get("tool_attempts") or 0),
         "calls": calls,
-        "events": dict(ledger.get("events") or {}),
+        "events": dict(tally.get("events") or {}),
     }
 
 
@@ -219,7 +219,7 @@ def _status_of(
     records: Iterable[IdempotencyRecord] | None,
     busy: bool,
 ) -> ThreadStatus:
-    """Pure: a `ThreadStatus` from a state snapshot, the thread's ledger and its lock."""
+    """Pure: a `ThreadStatus` from a state snapshot, the thread's tally and its lock."""
     if snapshot.created_at is None:
         return ThreadStatus(thread_id=thread_id, state="not_found")
     interrupts = tuple(snapshot.interrupts) or tuple(
@@ -249,7 +249,7 @@ def _status_of(
         checkpoint_id=configurable.get("checkpoint_id"),
         updated_at=snapshot.created_at,
         step=metadata.get("step"),
-        ledger=_ledger_summary(snapshot.values),
+        tally=_tally_summary(snapshot.values),
         effects=summarize_records(records) if records is not None else {},
     )
 
@@ -303,7 +303,7 @@ def thread_status(
     config: RunnableConfig | None = None, snapshot: StateSnapshot | None = None,
 ) -> ThreadStatus:  # fmt: skip
     """Where a thread stands: done, interrupted (payload), failed (error), running,
-    pending (where it stopped), with its ledger summary.
+    pending (where it stopped), with its tally summary.
 
     With `persistence` the status also counts the thread's side-effect intents
     and tells ``running`` (someone holds the thread lock) from ``pending``; on a

@@ -11,7 +11,7 @@ from langchain_core.tools import tool
 
 from langgraph_resilience import ToolError, tool_error_of
 from langgraph_resilience._graph.pending import answer_pending, route_entry
-from langgraph_resilience._graph.state import empty_ledger
+from langgraph_resilience._graph.state import empty_tally
 from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
 from tests.conftest import Runner, build_graph
 
@@ -126,7 +126,7 @@ def test_a_clean_thread_is_not_rewritten() -> None:
         AIMessage("done"),
         HumanMessage("again"),
     ]
-    assert answer_pending(messages, empty_ledger()) is None
+    assert answer_pending(messages, empty_tally()) is None
 
 
 def test_an_unanswered_call_with_a_reused_id_is_found() -> None:
@@ -141,7 +141,7 @@ def test_an_unanswered_call_with_a_reused_id_is_found() -> None:
         AIMessage("", tool_calls=[call]),
         HumanMessage("three"),
     ]
-    found = answer_pending(messages, empty_ledger())
+    found = answer_pending(messages, empty_tally())
     assert found is not None
     patched, _, _ = found
     assert provider_valid(patched)
@@ -200,9 +200,9 @@ def test_the_entry_finds_what_a_stopped_run_left_at_the_end_of_a_long_thread(
             AIMessage(f"answer {turn}"),
             HumanMessage(f"follow-up {turn}"),
         ]
-    state = {"messages": [*history, *tail], "resilience": empty_ledger()}
+    state = {"messages": [*history, *tail], "resilience": empty_tally()}
     assert route_entry(state) == route
     if route == "pending":
-        found = answer_pending(state["messages"], empty_ledger())
+        found = answer_pending(state["messages"], empty_tally())
         assert found is not None
         assert provider_valid(found[0])

@@ -65,5 +65,5 @@ def test_an_unbounded_ledger_resumes_and_is_compacted(tmp_path: Path) -> None:
     assert ledger["calls"] == {}
     assert ledger["done"] == {"ok": 2 * TURNS + 3}
     assert ledger["tool_attempts"] == old["tool_attempts"] + 3
-    assert thread_status(graph, THREAD).ledger["calls"] == {"ok": 2 * TURNS + 3}
+    assert thread_status(graph, THREAD).tally["calls"] == {"ok": 2 * TURNS + 3}
     conn.close()

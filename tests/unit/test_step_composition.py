@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from langgraph_resilience._graph.state import compose_deltas, merge_ledger
+from langgraph_resilience._graph.state import compose_deltas, merge_tally
 
 
 def _record(attempts: int, status: str, due: float | None = None) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def _without_rev(ledger: Any) -> dict[str, Any]:
 
 def test_the_composed_delta_applies_as_the_two_in_order() -> None:
     """merge(L, compose_deltas(a, b)) == merge(merge(L, a), b), on a ledger with history."""
-    before = merge_ledger(
+    before = merge_tally(
         None,
         {
             "calls": {"m0:0": _record(1, "ok")},
@@ -68,8 +68,8 @@ def test_the_composed_delta_applies_as_the_two_in_order() -> None:
         },
     )
 
-    in_order = merge_ledger(merge_ledger(before, FIRST), THEN)
-    at_once = merge_ledger(before, compose_deltas(FIRST, THEN))
+    in_order = merge_tally(merge_tally(before, FIRST), THEN)
+    at_once = merge_tally(before, compose_deltas(FIRST, THEN))
 
     assert _without_rev(at_once) == _without_rev(in_order)
 
@@ -157,7 +157,7 @@ def test_composing_two_step_deltas_equals_applying_them_in_order(step: Any) -> N
     """For any ledger and two deltas of one tools step, applying the composed delta gives
     the ledger applying the two in order gives (but for its revision)."""
     history, first, then = step
-    before = merge_ledger(None, history)
-    in_order = merge_ledger(merge_ledger(before, first), then)
-    at_once = merge_ledger(before, compose_deltas(first, then))
+    before = merge_tally(None, history)
+    in_order = merge_tally(merge_tally(before, first), then)
+    at_once = merge_tally(before, compose_deltas(first, then))
     assert _without_rev(at_once) == _without_rev(in_order)

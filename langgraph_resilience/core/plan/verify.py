@@ -87,7 +87,7 @@ class PlanVerdict(BaseModel):
     """The verifier's answer: accepted when there is no reason to reject.
 
     Named apart from `classify.Verdict`, which judges exceptions. JSON-ready, so
-    events and the ledger can carry it.
+    events and the tally can carry it.
 
     >>> PlanVerdict(reasons=()).accepted
     True

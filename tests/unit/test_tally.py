@@ -1,4 +1,4 @@
-"""The per-thread ledger and its reducer, `merge_ledger`."""
+"""The per-thread tally and its reducer, `merge_tally`."""
 
 import random
 import warnings
@@ -12,10 +12,10 @@ from langgraph_resilience._graph.state import (
     INFORMED_KEYS,
     SEEN_KEYS,
     CallRecord,
-    Ledger,
-    empty_ledger,
-    merge_ledger,
-    read_ledger,
+    Tally,
+    empty_tally,
+    merge_tally,
+    read_tally,
     task_view,
 )
 from langgraph_resilience.core import classify
@@ -39,9 +39,9 @@ def _record(attempts: int, *, status: str = "failed", tool: str = "search", **ex
 
 
 def test_merging_nothing_gives_an_empty_ledger() -> None:
-    """No current value and no update is a ledger with nothing spent."""
-    merged = merge_ledger(None, None)
-    assert merged == empty_ledger()
+    """No current value and no update is a tally with nothing spent."""
+    merged = merge_tally(None, None)
+    assert merged == empty_tally()
     assert merged["calls"] == {}
     assert merged["tool_attempts"] == 0
     assert merged["task"]["started_at"] is None
@@ -50,50 +50,50 @@ def test_merging_nothing_gives_an_empty_ledger() -> None:
 
 def test_none_update_keeps_the_current_ledger() -> None:
     """A None (or empty) delta changes nothing."""
-    current = merge_ledger(
+    current = merge_tally(
         None, {"tool_attempts": 2, "task": {"started_at": 5.0}, "events": {"a": 1}}
     )
     for update in (None, {}):
-        merged = merge_ledger(current, update)  # type: ignore[arg-type]
+        merged = merge_tally(current, update)  # type: ignore[arg-type]
         assert merged["tool_attempts"] == 2
         assert merged["task"]["started_at"] == 5.0
         assert merged["events"] == {"a": 1}
 
 
 def test_first_delta_becomes_the_ledger() -> None:
-    """A delta applied to no ledger is filled out with defaults."""
-    merged = merge_ledger(None, {"calls": {"c1": _record(1)}})
+    """A delta applied to no tally is filled out with defaults."""
+    merged = merge_tally(None, {"calls": {"c1": _record(1)}})
     assert merged["calls"] == {"c1": _record(1)}
     assert merged["tool_attempts"] == 0
     assert merged["task"]["started_at"] is None
 
 
 def test_merge_does_not_mutate_its_inputs() -> None:
-    """The reducer returns a new ledger; checkpointed values are never changed in place."""
-    current: Ledger = {
+    """The reducer returns a new tally; checkpointed values are never changed in place."""
+    current: Tally = {
         "calls": {"c1": _record(1)},
         "tool_attempts": 1,
         "task": {"id": "h1", "started_at": 2.0},
         "events": {"attempt": 1},
     }
-    update: Ledger = {
+    update: Tally = {
         "calls": {"c1": _record(2), "c2": _record(1)},
         "tool_attempts": 2,
         "events": {"attempt": 2},
     }
     snapshot = (repr(current), repr(update))
-    merge_ledger(current, update)
+    merge_tally(current, update)
     assert (repr(current), repr(update)) == snapshot
 
 
 def test_merging_into_a_merged_ledger_leaves_it_and_its_task_untouched() -> None:
     """The reducer's own output (every section present) takes the short path: the new
-    ledger shares what the delta did not touch and never writes into the old one."""
-    current = merge_ledger(
+    tally shares what the delta did not touch and never writes into the old one."""
+    current = merge_tally(
         None, {"task": {"id": "h1", "seen": {"k": 1}, "recent": ["k"]}, "tool_attempts": 1}
     )
     snapshot = repr(current)
-    merged = merge_ledger(current, {"task": {"id": "h1", "seen": {"k": 1}, "recent": ["k"]}})
+    merged = merge_tally(current, {"task": {"id": "h1", "seen": {"k": 1}, "recent": ["k"]}})
     assert repr(current) == snapshot
     assert merged["task"]["seen"] == {"k": 2}
     assert merged["task"]["recent"] == ["k", "k"]
@@ -102,10 +102,10 @@ def test_merging_into_a_merged_ledger_leaves_it_and_its_task_untouched() -> None
 
 
 def test_a_ledger_with_none_sections_is_filled_before_merging() -> None:
-    """A ledger written by hand or by an older version (``None`` or missing sections)
+    """A tally written by hand or by an older version (``None`` or missing sections)
     merges as if those sections were empty."""
     old: Any = {"calls": None, "events": None, "task": {"id": "h1"}, "rev": 3}
-    merged = merge_ledger(old, {"events": {"attempt": 1}, "tool_attempts": 1})
+    merged = merge_tally(old, {"events": {"attempt": 1}, "tool_attempts": 1})
     assert merged["calls"] == {}
     assert merged["events"] == {"attempt": 1}
     assert merged["gone"] == {}
@@ -118,19 +118,19 @@ def test_a_ledger_with_none_sections_is_filled_before_merging() -> None:
 
 def test_counters_add_up() -> None:
     """tool_attempts and events are deltas: they add, never overwrite."""
-    ledger = merge_ledger(None, {"tool_attempts": 1, "events": {"attempt": 1}})
-    ledger = merge_ledger(ledger, {"tool_attempts": 2, "events": {"attempt": 2, "retry": 1}})
-    ledger = merge_ledger(ledger, {"events": {"retry": 3}})
-    assert ledger["tool_attempts"] == 3
-    assert ledger["events"] == {"attempt": 3, "retry": 4}
+    tally = merge_tally(None, {"tool_attempts": 1, "events": {"attempt": 1}})
+    tally = merge_tally(tally, {"tool_attempts": 2, "events": {"attempt": 2, "retry": 1}})
+    tally = merge_tally(tally, {"events": {"retry": 3}})
+    assert tally["tool_attempts"] == 3
+    assert tally["events"] == {"attempt": 3, "retry": 4}
 
 
 def test_missing_or_none_counters_count_as_zero() -> None:
     """A delta without a counter (or with None) adds nothing."""
-    ledger = merge_ledger(None, {"tool_attempts": 4})
-    ledger = merge_ledger(ledger, {"tool_attempts": None, "events": None})  # type: ignore[typeddict-item]
-    assert ledger["tool_attempts"] == 4
-    assert ledger["events"] == {}
+    tally = merge_tally(None, {"tool_attempts": 4})
+    tally = merge_tally(tally, {"tool_attempts": None, "events": None})  # type: ignore[typeddict-item]
+    assert tally["tool_attempts"] == 4
+    assert tally["events"] == {}
 
 
 # -------------------------------------------------------------------------- call records
@@ -138,76 +138,76 @@ def test_missing_or_none_counters_count_as_zero() -> None:
 
 def test_call_records_merge_per_call_id() -> None:
     """Records of different calls coexist."""
-    ledger = merge_ledger(None, {"calls": {"c1": _record(1)}})
-    ledger = merge_ledger(ledger, {"calls": {"c2": _record(1, tool="lookup")}})
-    assert set(ledger["calls"]) == {"c1", "c2"}
-    assert ledger["calls"]["c2"]["tool"] == "lookup"
+    tally = merge_tally(None, {"calls": {"c1": _record(1)}})
+    tally = merge_tally(tally, {"calls": {"c2": _record(1, tool="lookup")}})
+    assert set(tally["calls"]) == {"c1", "c2"}
+    assert tally["calls"]["c2"]["tool"] == "lookup"
 
 
 def test_record_with_more_attempts_wins() -> None:
     """A newer record for a call replaces an older one."""
-    ledger = merge_ledger(None, {"calls": {"c1": _record(1, status="scheduled")}})
-    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2, status="ok")}})
-    assert ledger["calls"]["c1"]["attempts"] == 2
-    assert ledger["calls"]["c1"]["status"] == "ok"
+    tally = merge_tally(None, {"calls": {"c1": _record(1, status="scheduled")}})
+    tally = merge_tally(tally, {"calls": {"c1": _record(2, status="ok")}})
+    assert tally["calls"]["c1"]["attempts"] == 2
+    assert tally["calls"]["c1"]["status"] == "ok"
 
 
 def test_stale_record_with_fewer_attempts_loses() -> None:
     """A late write of an older record never rolls a call back."""
-    ledger = merge_ledger(None, {"calls": {"c1": _record(3, status="ok")}})
-    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2, status="scheduled")}})
-    assert ledger["calls"]["c1"] == _record(3, status="ok")
+    tally = merge_tally(None, {"calls": {"c1": _record(3, status="ok")}})
+    tally = merge_tally(tally, {"calls": {"c1": _record(2, status="scheduled")}})
+    assert tally["calls"]["c1"] == _record(3, status="ok")
 
 
 def test_tie_goes_to_the_update() -> None:
     """With equal attempts the newer write (e.g. scheduled -> failed) wins."""
-    ledger = merge_ledger(None, {"calls": {"c1": _record(2, status="scheduled", due=9.0)}})
-    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2, status="failed")}})
-    assert ledger["calls"]["c1"]["status"] == "failed"
-    assert ledger["calls"]["c1"]["due"] is None
+    tally = merge_tally(None, {"calls": {"c1": _record(2, status="scheduled", due=9.0)}})
+    tally = merge_tally(tally, {"calls": {"c1": _record(2, status="failed")}})
+    assert tally["calls"]["c1"]["status"] == "failed"
+    assert tally["calls"]["c1"]["due"] is None
 
 
 def test_unrelated_records_survive_an_update() -> None:
     """Updating one call leaves the others as they were."""
-    ledger = merge_ledger(None, {"calls": {"c1": _record(1), "c2": _record(2)}})
-    ledger = merge_ledger(ledger, {"calls": {"c1": _record(2)}})
-    assert ledger["calls"]["c2"] == _record(2)
+    tally = merge_tally(None, {"calls": {"c1": _record(1), "c2": _record(2)}})
+    tally = merge_tally(tally, {"calls": {"c1": _record(2)}})
+    assert tally["calls"]["c2"] == _record(2)
 
 
 # ---------------------------------------------------------------------------- started_at
 
 
-def _start(ledger: Ledger) -> float | None:
-    return ledger["task"]["started_at"]
+def _start(tally: Tally) -> float | None:
+    return tally["task"]["started_at"]
 
 
 def test_started_at_takes_the_earliest() -> None:
     """The deadline origin is the task's first tool execution, whichever write arrives first."""
-    ledger = merge_ledger(None, {"task": {"started_at": 20.0}})
-    assert _start(merge_ledger(ledger, {"task": {"started_at": 10.0}})) == 10.0
-    assert _start(merge_ledger(ledger, {"task": {"started_at": 30.0}})) == 20.0
+    tally = merge_tally(None, {"task": {"started_at": 20.0}})
+    assert _start(merge_tally(tally, {"task": {"started_at": 10.0}})) == 10.0
+    assert _start(merge_tally(tally, {"task": {"started_at": 30.0}})) == 20.0
 
 
 def test_started_at_none_never_erases_a_start() -> None:
     """A delta without a start keeps the known one; a first start is adopted."""
-    ledger = merge_ledger(None, {"task": {"started_at": 20.0}})
-    assert _start(merge_ledger(ledger, {"task": {"started_at": None}})) == 20.0
-    assert _start(merge_ledger(ledger, {"tool_attempts": 1})) == 20.0
-    assert _start(merge_ledger(merge_ledger(None, {}), {"task": {"started_at": 7.5}})) == 7.5
+    tally = merge_tally(None, {"task": {"started_at": 20.0}})
+    assert _start(merge_tally(tally, {"task": {"started_at": None}})) == 20.0
+    assert _start(merge_tally(tally, {"tool_attempts": 1})) == 20.0
+    assert _start(merge_tally(merge_tally(None, {}), {"task": {"started_at": 7.5}})) == 7.5
 
 
 def test_a_new_task_starts_with_nothing_spent() -> None:
     """A delta naming another task starts a fresh task section; lifetime counters go on."""
-    first = merge_ledger(
+    first = merge_tally(
         None,
         {
             "tool_attempts": 3,
             "task": {"id": "h1", "tool_attempts": 3, "seen": {"k": 2}, "aborted": True},
         },
     )
-    same = merge_ledger(first, {"task": {"id": "h1", "tool_attempts": 1, "seen": {"k": 1}}})
+    same = merge_tally(first, {"task": {"id": "h1", "tool_attempts": 1, "seen": {"k": 1}}})
     assert (same["task"]["tool_attempts"], same["task"]["seen"]) == (4, {"k": 3})
-    nxt = merge_ledger(same, {"tool_attempts": 1, "task": {"id": "h2", "tool_attempts": 1}})
+    nxt = merge_tally(same, {"tool_attempts": 1, "task": {"id": "h2", "tool_attempts": 1}})
     assert nxt["task"]["id"] == "h2"
     assert (nxt["task"]["tool_attempts"], nxt["task"]["seen"], nxt["task"]["aborted"]) == (
         1,
@@ -218,24 +218,24 @@ def test_a_new_task_starts_with_nothing_spent() -> None:
 
 
 def test_a_whole_ledger_replaces_an_older_one_instead_of_adding() -> None:
-    """A subgraph hands its whole ledger back to the parent: counts are not doubled."""
-    parent = merge_ledger(None, {"tool_attempts": 3, "task": {"id": "h1", "tool_attempts": 3}})
-    child = merge_ledger(
-        merge_ledger(None, parent), {"tool_attempts": 1, "task": {"id": "h1", "tool_attempts": 1}}
+    """A subgraph hands its whole tally back to the parent: counts are not doubled."""
+    parent = merge_tally(None, {"tool_attempts": 3, "task": {"id": "h1", "tool_attempts": 3}})
+    child = merge_tally(
+        merge_tally(None, parent), {"tool_attempts": 1, "task": {"id": "h1", "tool_attempts": 1}}
     )
-    back = merge_ledger(parent, child)
+    back = merge_tally(parent, child)
     assert back["tool_attempts"] == 4
     assert back["task"]["tool_attempts"] == 4
-    assert merge_ledger(back, parent)["tool_attempts"] == 4  # an older whole ledger loses
+    assert merge_tally(back, parent)["tool_attempts"] == 4  # an older whole tally loses
 
 
 def test_gone_tools_keep_their_latest_structural_answer() -> None:
     """Parallel or late writes never move a tool's last STRUCTURAL answer back in time."""
-    ledger = merge_ledger(None, {"gone": {"geo": 20.0}})
-    assert merge_ledger(ledger, {"gone": {"geo": 10.0}})["gone"] == {"geo": 20.0}
-    both = merge_ledger(ledger, {"gone": {"geo": 30.0, "map": 5.0}})
+    tally = merge_tally(None, {"gone": {"geo": 20.0}})
+    assert merge_tally(tally, {"gone": {"geo": 10.0}})["gone"] == {"geo": 20.0}
+    both = merge_tally(tally, {"gone": {"geo": 30.0, "map": 5.0}})
     assert both["gone"] == {"geo": 30.0, "map": 5.0}
-    assert ledger["gone"] == {"geo": 20.0}  # the input is not mutated
+    assert tally["gone"] == {"geo": 20.0}  # the input is not mutated
 
 
 # ---------------------------------------------------------------------------- properties
@@ -264,11 +264,11 @@ _DELTAS = st.lists(
 )
 
 
-def _fold(deltas: list[Any], start: Ledger | None = None) -> Ledger:
-    ledger = start
+def _fold(deltas: list[Any], start: Tally | None = None) -> Tally:
+    tally = start
     for delta in deltas:
-        ledger = merge_ledger(ledger, delta)
-    return merge_ledger(ledger, None)
+        tally = merge_tally(tally, delta)
+    return merge_tally(tally, None)
 
 
 @settings(deadline=None)
@@ -314,7 +314,7 @@ def test_calls_keep_their_highest_attempt_count(deltas: list[Any]) -> None:
 # ------------------------------------------------------------------------- serialization
 
 
-def _realistic_ledger() -> Ledger:
+def _realistic_ledger() -> Tally:
     error = classify(
         FakeHTTPError(503, headers={"Retry-After": "2"}), tool="search", call_id="c1", attempt=1
     )
@@ -326,7 +326,7 @@ def _realistic_ledger() -> Ledger:
         "due": 1_700_000_002.25,
         "error": error.model_dump(mode="json"),
     }
-    return merge_ledger(
+    return merge_tally(
         None,
         {
             "calls": {"c1": record, "c2": _record(2, status="ok")},
@@ -338,36 +338,36 @@ def _realistic_ledger() -> Ledger:
 
 
 def test_ledger_round_trips_through_the_checkpoint_serializer() -> None:
-    """LangGraph's JsonPlusSerializer stores and restores the ledger unchanged, silently."""
+    """LangGraph's JsonPlusSerializer stores and restores the tally unchanged, silently."""
     serde = JsonPlusSerializer()
-    ledger = _realistic_ledger()
+    tally = _realistic_ledger()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        restored = serde.loads_typed(serde.dumps_typed(ledger))
-    assert restored == ledger
+        restored = serde.loads_typed(serde.dumps_typed(tally))
+    assert restored == tally
     assert restored["calls"]["c1"]["error"]["failure_class"] == "transient"
 
 
 def test_empty_ledger_round_trips_through_the_checkpoint_serializer() -> None:
-    """Even the empty ledger (None start, empty maps) survives a checkpoint."""
+    """Even the empty tally (None start, empty maps) survives a checkpoint."""
     serde = JsonPlusSerializer()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert serde.loads_typed(serde.dumps_typed(empty_ledger())) == empty_ledger()
+        assert serde.loads_typed(serde.dumps_typed(empty_tally())) == empty_tally()
 
 
 def test_read_ledger_of_a_state_without_one_is_empty() -> None:
-    """A fresh thread (no channel value yet) reads as an empty ledger."""
-    assert read_ledger({}) == empty_ledger()
-    assert read_ledger({"resilience": None}) == empty_ledger()
-    ledger = _realistic_ledger()
-    assert read_ledger({"resilience": ledger}) is ledger
+    """A fresh thread (no channel value yet) reads as an empty tally."""
+    assert read_tally({}) == empty_tally()
+    assert read_tally({"resilience": None}) == empty_tally()
+    tally = _realistic_ledger()
+    assert read_tally({"resilience": tally}) is tally
 
 
 # ----------------------------------------------------------------------- bounded
 
 
-def _turn(ledger: Ledger | None, turn: int, *, recovered: bool = False) -> Ledger:
+def _turn(tally: Tally | None, turn: int, *, recovered: bool = False) -> Tally:
     """One task's tools step: two calls of a new assistant message, answered."""
     first = _record(2 if recovered else 1, status="ok", key=f"search:{turn:020d}")
     if recovered:
@@ -378,32 +378,32 @@ def _turn(ledger: Ledger | None, turn: int, *, recovered: bool = False) -> Ledge
         "tool_attempts": 2,
         "events": {"attempt": 2},
     }
-    return merge_ledger(ledger, delta)
+    return merge_tally(tally, delta)
 
 
-def _size(ledger: Ledger) -> int:
-    return len(JsonPlusSerializer().dumps_typed(ledger)[1])
+def _size(tally: Tally) -> int:
+    return len(JsonPlusSerializer().dumps_typed(tally)[1])
 
 
 def test_the_ledger_does_not_grow_with_the_thread() -> None:
     """After 5,000 calls the channel is the size it was after 100, and far below 20 KB;
     the counters still count every call."""
-    ledger: Ledger | None = None
+    tally: Tally | None = None
     sizes = {}
     for turn in range(2500):
-        ledger = _turn(ledger, turn, recovered=turn % 7 == 0)
+        tally = _turn(tally, turn, recovered=turn % 7 == 0)
         if turn + 1 in (50, 2500):
-            sizes[turn + 1] = _size(ledger)
-    assert ledger is not None
+            sizes[turn + 1] = _size(tally)
+    assert tally is not None
     assert sizes[2500] <= sizes[50] + 16  # only the counters' digits grow
     assert sizes[2500] < 20_000
-    assert ledger["tool_attempts"] == 5000
-    assert sum(ledger["done"].values()) + len(ledger["calls"]) == 5000
+    assert tally["tool_attempts"] == 5000
+    assert sum(tally["done"].values()) + len(tally["calls"]) == 5000
 
 
 def test_a_clean_success_is_dropped_and_counted_at_once() -> None:
     """One attempt, nothing recovered: its ToolMessage says everything."""
-    merged = merge_ledger(None, {"calls": {"m:0": _record(1, status="ok")}})
+    merged = merge_tally(None, {"calls": {"m:0": _record(1, status="ok")}})
     assert merged["calls"] == {}
     assert merged["done"] == {"ok": 1}
 
@@ -412,13 +412,13 @@ def test_a_recovered_call_stays_for_audit_until_the_next_message() -> None:
     """A call that recovered (or failed) keeps its record while its message is the
     latest; the next message's calls drop it, and it is counted."""
     recovered = _record(2, status="ok", error={"type": "HTTPError"})
-    ledger = merge_ledger(None, {"calls": {"m1:0": recovered, "m1:1": _record(3)}})
-    assert set(ledger["calls"]) == {"m1:0", "m1:1"}
-    ledger = merge_ledger(ledger, {"events": {"route": 1}})  # no calls: nothing dropped
-    assert set(ledger["calls"]) == {"m1:0", "m1:1"}
-    ledger = merge_ledger(ledger, {"calls": {"m2:0": _record(1, status="scheduled")}})
-    assert set(ledger["calls"]) == {"m2:0"}
-    assert ledger["done"] == {"ok": 1, "failed": 1}
+    tally = merge_tally(None, {"calls": {"m1:0": recovered, "m1:1": _record(3)}})
+    assert set(tally["calls"]) == {"m1:0", "m1:1"}
+    tally = merge_tally(tally, {"events": {"route": 1}})  # no calls: nothing dropped
+    assert set(tally["calls"]) == {"m1:0", "m1:1"}
+    tally = merge_tally(tally, {"calls": {"m2:0": _record(1, status="scheduled")}})
+    assert set(tally["calls"]) == {"m2:0"}
+    assert tally["done"] == {"ok": 1, "failed": 1}
 
 
 def test_unresolved_calls_are_never_dropped() -> None:
@@ -429,10 +429,10 @@ def test_unresolved_calls_are_never_dropped() -> None:
         f"m1:{i}": _record(1, status=status, args=big)
         for i, status in enumerate(("scheduled", "repair", "replan", "escalate"))
     }
-    ledger = merge_ledger(None, {"calls": waiting})
+    tally = merge_tally(None, {"calls": waiting})
     for turn in range(20):
-        ledger = _turn(ledger, turn)
-    assert {slot: r["args"] for slot, r in ledger["calls"].items()} == dict.fromkeys(waiting, big)
+        tally = _turn(tally, turn)
+    assert {slot: r["args"] for slot, r in tally["calls"].items()} == dict.fromkeys(waiting, big)
 
 
 def test_a_kept_finished_records_large_arguments_are_stored_by_digest() -> None:
@@ -440,7 +440,7 @@ def test_a_kept_finished_records_large_arguments_are_stored_by_digest() -> None:
     big = {"text": "x" * 5000}
     trail = [{"args": big, "error": {"type": "ValueError"}}, {"args": {"n": 1}, "error": {}}]
     record = _record(2, status="ok", args=big, trail=trail, error={"type": "ValueError"})
-    kept = merge_ledger(None, {"calls": {"m:0": record}})["calls"]["m:0"]
+    kept = merge_tally(None, {"calls": {"m:0": record}})["calls"]["m:0"]
     assert kept["args"] == {"sha256": kept["args"]["sha256"], "bytes": 5011}
     assert len(kept["args"]["sha256"]) == 64
     assert kept["trail"][0]["args"] == kept["args"]
@@ -451,40 +451,40 @@ def test_a_kept_finished_records_large_arguments_are_stored_by_digest() -> None:
 def test_the_loop_guard_remembers_the_most_recent_distinct_calls() -> None:
     """`seen` keeps the SEEN_KEYS most recently counted keys: a hot key survives any
     number of others, and a decrement of a forgotten key does not go negative."""
-    ledger = merge_ledger(None, {"task": {"id": "t", "seen": {"hot": 1}}})
+    tally = merge_tally(None, {"task": {"id": "t", "seen": {"hot": 1}}})
     for i in range(3 * SEEN_KEYS):
         seen: dict[str, int] = {f"k{i}": 1}
         if i % 10 == 0:
             seen["hot"] = 1
-        ledger = merge_ledger(ledger, {"task": {"id": "t", "seen": seen}})
-    task = ledger["task"]
+        tally = merge_tally(tally, {"task": {"id": "t", "seen": seen}})
+    task = tally["task"]
     assert len(task["seen"]) == SEEN_KEYS
     assert task["seen"]["hot"] == 1 + len(range(0, 3 * SEEN_KEYS, 10))
     assert "k0" not in task["seen"]
-    ledger = merge_ledger(ledger, {"task": {"id": "t", "seen": {"k0": -1}}})
-    assert "k0" not in ledger["task"]["seen"]
+    tally = merge_tally(tally, {"task": {"id": "t", "seen": {"k0": -1}}})
+    assert "k0" not in tally["task"]["seen"]
 
 
 def test_informed_effects_are_bounded() -> None:
     """The agent-was-told map keeps the latest INFORMED_KEYS effects."""
-    ledger = merge_ledger(None, None)
+    tally = merge_tally(None, None)
     for i in range(INFORMED_KEYS + 10):
-        ledger = merge_ledger(ledger, {"informed": {f"e{i}": "t"}})
-    assert len(ledger["informed"]) == INFORMED_KEYS
-    assert f"e{INFORMED_KEYS + 9}" in ledger["informed"]
-    assert "e0" not in ledger["informed"]
+        tally = merge_tally(tally, {"informed": {f"e{i}": "t"}})
+    assert len(tally["informed"]) == INFORMED_KEYS
+    assert f"e{INFORMED_KEYS + 9}" in tally["informed"]
+    assert "e0" not in tally["informed"]
 
 
 def test_a_step_that_only_counts_clean_successes_still_compacts() -> None:
     """A tools step whose calls all succeeded at once writes no records, only their count
     and its message: an earlier message's kept records go, the count adds up."""
     recovered = _record(2, status="ok", error={"type": "HTTPError"})
-    ledger = merge_ledger(None, {"calls": {"m1:0": recovered}})
-    ledger = merge_ledger(ledger, {"calls": {}, "done": {"ok": 2}, "message": "m2"})
-    assert ledger["calls"] == {}
-    assert ledger["done"] == {"ok": 3}
-    assert "message" not in ledger
-    kept = merge_ledger(
-        merge_ledger(None, {"calls": {"m1:0": recovered}}), {"done": {"ok": 1}, "message": "m1"}
+    tally = merge_tally(None, {"calls": {"m1:0": recovered}})
+    tally = merge_tally(tally, {"calls": {}, "done": {"ok": 2}, "message": "m2"})
+    assert tally["calls"] == {}
+    assert tally["done"] == {"ok": 3}
+    assert "message" not in tally
+    kept = merge_tally(
+        merge_tally(None, {"calls": {"m1:0": recovered}}), {"done": {"ok": 1}, "message": "m1"}
     )
     assert set(kept["calls"]) == {"m1:0"}  # its own message: kept for audit
