@@ -198,13 +198,10 @@ def test_a_side_effect_sends_no_fence_check_after_its_claim(
     """Through ``add_resilience`` on LangGraph's own PostgresSaver with the Postgres
     ledger: each payment is claimed (fenced by the run's lease), paid once and
     answered, and no fence check goes to the database before it."""
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: PLC0415
-    from langchain_core.tools import tool  # noqa: PLC0415
-    from langgraph.checkpoint.postgres import PostgresSaver  # noqa: PLC0415
-    from langgraph.graph import MessagesState, StateGraph  # noqa: PLC0415
+    from langchain_core.messages import ToolMessage  # noqa: PLC0415
     from psycopg_pool import ConnectionPool  # noqa: PLC0415
 
-    from langgraph_resilience import ResilienceState, ToolProfile, add_resilience  # noqa: PLC0415
+    from langgraph_resilience import ToolProfile  # noqa: PLC0415
     from langgraph_resilience.stores import leases  # noqa: PLC0415
     from langgraph_resilience.stores.persistence import (  # noqa: PLC0415
         POSTGRES_CONNECTION_KWARGS,
@@ -212,7 +209,7 @@ def test_a_side_effect_sends_no_fence_check_after_its_claim(
     from langgraph_resilience.stores.postgres_ledger import (  # noqa: PLC0415
         PostgresIdempotencyStore,
     )
-    from langgraph_resilience.testing import ScriptedChatModel  # noqa: PLC0415
+    from tests.postgres.payments import pay_in_one_step  # noqa: PLC0415
 
     checks: list[str] = []
     original = leases.Lease._checked
@@ -222,43 +219,11 @@ def test_a_side_effect_sends_no_fence_check_after_its_claim(
         return original(self)
 
     monkeypatch.setattr(leases.Lease, "_checked", counted)
-    paid: list[str] = []
-
-    @tool
-    def pay(order: str) -> str:
-        """Pay one order."""
-        paid.append(order)
-        return f"paid {order}"
-
-    def reply(messages: list[Any]) -> AIMessage:
-        if isinstance(messages[-1], HumanMessage):
-            calls = [{"name": "pay", "args": {"order": f"o{i}"}, "id": f"c{i}"} for i in (1, 2)]
-            return AIMessage(content="", tool_calls=calls)
-        return AIMessage(content="paid")
-
-    class State(MessagesState, ResilienceState):
-        pass
-
-    model = ScriptedChatModel(responses=[reply, reply])
     with ConnectionPool(pg_dsn, min_size=1, max_size=6, kwargs=POSTGRES_CONNECTION_KWARGS) as pool:
-        saver = PostgresSaver(pool)  # type: ignore[arg-type]
-        saver.setup()
         ledger = PostgresIdempotencyStore(pool)
         ledger.setup()
-        builder = StateGraph(State)
-        builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-        add_resilience(
-            builder,
-            agent="agent",
-            tools=[pay],
-            profiles={"pay": ToolProfile(side_effect=True)},
-            idempotency=ledger,
-        )
-        graph = builder.compile(checkpointer=saver)
-        thread = uuid.uuid4().hex
-        out = graph.invoke(
-            {"messages": [HumanMessage("pay")]}, {"configurable": {"thread_id": thread}}
-        )
+        calls = [("c1", "o1"), ("c2", "o2")]
+        out, paid, thread = pay_in_one_step(pool, ledger, calls, ToolProfile(side_effect=True))
         records = ledger.for_thread(thread)
 
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]

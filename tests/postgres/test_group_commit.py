@@ -10,26 +10,22 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.graph import MessagesState, StateGraph
+from langchain_core.messages import ToolMessage
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_resilience import ResilienceState, ToolProfile, add_resilience
+from langgraph_resilience import ToolProfile
 from langgraph_resilience.core.effects import Claim
 from langgraph_resilience.stores.persistence import POSTGRES_CONNECTION_KWARGS
 from langgraph_resilience.stores.postgres_ledger import (
     AsyncPostgresIdempotencyStore,
     PostgresIdempotencyStore,
 )
-from langgraph_resilience.testing import ScriptedChatModel
+from tests.postgres.payments import pay_in_one_step
 
 pytestmark = [pytest.mark.postgres]
 
@@ -266,50 +262,15 @@ def test_a_step_of_many_side_effects_sends_few_statements_and_pays_each_once(
     """Sixteen parallel payments in one step, through ``add_resilience`` on
     ``PostgresSaver``: each is paid once and answered once, and the ledger's statements
     grow by far less than two per call."""
-    paid: list[str] = []
-    lock = threading.Lock()
-
-    @tool
-    def pay(order: str) -> str:
-        """Pay one order."""
-        with lock:
-            paid.append(order)
-        return f"paid {order}"
-
-    def reply(messages: list[Any]) -> AIMessage:
-        if isinstance(messages[-1], HumanMessage):
-            calls = [
-                {"name": "pay", "args": {"order": f"o{i}"}, "id": f"call_{i}"}
-                for i in range(WRITERS)
-            ]
-            return AIMessage(content="", tool_calls=calls)
-        return AIMessage(content="all paid")
-
-    model = ScriptedChatModel(responses=[reply, reply])
-
-    class State(MessagesState, ResilienceState):
-        pass
-
     with ConnectionPool(
         pg_dsn, min_size=1, max_size=WRITERS + 4, kwargs=POSTGRES_CONNECTION_KWARGS
     ) as pool:
-        saver = PostgresSaver(pool)  # type: ignore[arg-type]
-        saver.setup()
         ledger = PostgresIdempotencyStore(pool)
         ledger.setup()
         sent = _counted(ledger)
-        builder = StateGraph(State)
-        builder.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
-        add_resilience(
-            builder,
-            agent="agent",
-            tools=[pay],
-            profiles={"pay": ToolProfile(side_effect=True, status_check=lambda key: None)},
-            idempotency=ledger,
-        )
-        graph = builder.compile(checkpointer=saver)
-        thread = {"configurable": {"thread_id": uuid.uuid4().hex}}
-        out = graph.invoke({"messages": [HumanMessage("pay all")]}, thread)
+        calls = [(f"call_{i}", f"o{i}") for i in range(WRITERS)]
+        profile = ToolProfile(side_effect=True, status_check=lambda key: None)
+        out, paid, _ = pay_in_one_step(pool, ledger, calls, profile)
 
     answers = [m for m in out["messages"] if isinstance(m, ToolMessage)]
     assert sorted(paid) == sorted(f"o{i}" for i in range(WRITERS))
