@@ -52,6 +52,7 @@ from langgraph_resilience.stores.postgres import first_line
 __all__ = ["Lease", "LeaseRunner", "abandon", "acquire", "ensure_schema", "holder_prefix"]
 
 _REAL = SystemClock()
+"""Renewals run on real time: the lease lapses on the database's clock."""
 
 
 def _since_boot() -> float | None:
@@ -61,8 +62,6 @@ def _since_boot() -> float | None:
     boot = getattr(time, "CLOCK_BOOTTIME", None)
     return None if boot is None else time.clock_gettime(boot)
 
-
-"""Renewals run on real time: the lease lapses on the database's clock."""
 
 _LIVE: dict[str, str] = {}
 """This process's holders still in use (holder -> thread), from before their
@@ -392,9 +391,8 @@ def _acquiring(
             continue
         row = rows[0] if rows else None
         if row is not None and row["token"] is not None:
-            lease = Lease(thread_id, int(row["token"]), str(row["db"]), holder, ttl, runner, where)
-            lease.confirmed = sent
-            return lease
+            token, db = int(row["token"]), str(row["db"])
+            return Lease(thread_id, token, db, holder, ttl, runner, where, confirmed=sent)
         if row is not None and row["holder"] != params["dead"] and _gone(row["holder"]):
             params["dead"] = row["holder"]  # take it over now, not when it lapses
             continue
