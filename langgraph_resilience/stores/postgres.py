@@ -253,6 +253,12 @@ class Postgres:
             with contextlib.suppress(RuntimeError):
                 self.loop = asyncio.get_running_loop()
 
+    @property
+    def closed(self) -> bool:
+        """Whether the pool or connection was closed: nothing goes through it until its
+        owner opens it again."""
+        return bool(self.conn.closed)
+
     # ----------------------------------------------------------- connections
 
     @contextlib.contextmanager

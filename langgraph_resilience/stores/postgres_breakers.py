@@ -110,9 +110,10 @@ class _PostgresBreakers:
     store, a task on its loop for an async one), and a batch that leaves the breaker
     as this process last saw it is not written at all (`_changes_nothing`). What they
     trade: another process's trip is seen here up to `cache_ttl` late, a process
-    killed loses the successes of its last `flush_interval` (never a failure: those
-    are written at once), and an unwritten batch counts as if it came before a failure
-    another process wrote in the last `cache_ttl` (a trip comes no later for it)."""
+    killed, or a pool closed before `flush`, loses the successes of its last
+    `flush_interval` (never a failure: those are written at once), and an unwritten
+    batch counts as if it came before a failure another process wrote in the last
+    `cache_ttl` (a trip comes no later for it)."""
 
     _ASYNC = False
 
@@ -233,9 +234,28 @@ class _PostgresBreakers:
             try:
                 drive(self._flushing(), _NEVER_SLEEPS)
             except Exception as exc:  # kept, written with the next batch or failure
+                if self._table.pg.closed:
+                    self._dropped(exc, ending=True)
+                    return  # the next success starts a flusher again
                 logger.warning("breaker successes not written yet: %s", type(exc).__name__)
                 with self._guard:
                     self._guard.wait(self.flush_interval or 0.1)
+
+    def _dropped(self, exc: Exception, *, ending: bool = False) -> None:
+        """The store's pool or connection was closed with successes waiting: drop them,
+        said once, rather than retry them against it forever (a closed pool stays closed
+        unless its owner opens it again). The shared window misses only successes."""
+        with self._guard:
+            count = sum(len(waiting) for waiting in self._successes.values())
+            self._successes.clear()
+            if ending:
+                self._flusher = None
+        logger.warning(
+            "%d breaker success(es) dropped: %s, the store's pool or connection was "
+            "closed first; call the store's flush() before closing it to keep them",
+            count,
+            type(exc).__name__,
+        )
 
     def _schedule_aflush(self) -> None:
         """The async store's flusher: one task on the running loop per batch."""
@@ -255,6 +275,9 @@ class _PostgresBreakers:
         try:
             await adrive(self._flushing(), _NEVER_SLEEPS)
         except Exception as exc:  # kept, written with the next batch or failure
+            if self._table.pg.closed:
+                self._dropped(exc)
+                return
             logger.warning("breaker successes not written yet: %s", type(exc).__name__)
 
     def flush(self) -> None:

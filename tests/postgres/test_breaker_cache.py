@@ -190,6 +190,55 @@ def test_the_sync_flusher_writes_by_itself(pool: ConnectionPool[Any]) -> None:
     assert window.calls == 1
 
 
+def test_a_closed_pool_drops_waiting_successes_once(
+    pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pool closed with a success waiting (the ``with ConnectionPool(...)`` idiom
+    ending): the flusher says so once and ends, instead of retrying a closed pool in a
+    warning every tenth of a second for the life of the process."""
+    with ConnectionPool(
+        pg_dsn, min_size=1, max_size=2, kwargs=POSTGRES_CONNECTION_KWARGS, open=True
+    ) as closing:
+        store = PostgresBreakerStore(closing, flush_interval=NEVER)
+        store.setup()
+    store.flush_interval = 0.0
+    store.record("late", CFG, 0.0, None)
+    thread = store._flusher
+    assert thread is not None
+    thread.join(30)  # a bound for a hang
+    assert not thread.is_alive()
+    warnings = [r.getMessage() for r in caplog.records if "breaker success" in r.getMessage()]
+    assert warnings == [
+        "1 breaker success(es) dropped: PoolClosed, the store's pool or connection was "
+        "closed first; call the store's flush() before closing it to keep them"
+    ]
+    assert store._waiting("late") == []
+
+
+def test_the_async_store_drops_waiting_successes_of_a_closed_pool(
+    pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The async flusher task, too, drops what it cannot write to a closed pool."""
+
+    async def scenario() -> list[str]:
+        async with AsyncConnectionPool(
+            pg_dsn, min_size=1, max_size=2, kwargs=POSTGRES_CONNECTION_KWARGS, open=False
+        ) as closing:
+            store = AsyncPostgresBreakerStore(closing, flush_interval=NEVER)
+            await store.setup()
+        store.flush_interval = 0.0
+        await store.arecord("alate", CFG, 0.0, None)
+        task = store._aflusher
+        assert task is not None
+        await asyncio.wait_for(task, 30)  # a bound for a hang
+        assert store._waiting("alate") == []
+        return [r.getMessage() for r in caplog.records if "breaker success" in r.getMessage()]
+
+    warnings = asyncio.run(scenario())
+    assert len(warnings) == 1
+    assert warnings[0].startswith("1 breaker success(es) dropped: PoolClosed")
+
+
 def _row_version(pool: ConnectionPool[Any], key: str) -> str:
     """The row's ``xmin``: it changes with every write of the row."""
     with pool.connection() as conn:
