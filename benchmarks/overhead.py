@@ -98,11 +98,11 @@ from psycopg.rows import dict_row
 from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
 from langgraph_resilience._graph import tools as tools_module
+from langgraph_resilience._graph.finish import finish_step
 from langgraph_resilience._graph.pending import route_entry
 from langgraph_resilience._graph.state import empty_tally, merge_tally
 from langgraph_resilience._graph.tool_batch import plan_batch, step_input
 from langgraph_resilience._graph.tool_call import CallInterceptor
-from langgraph_resilience._graph.tool_step import finish_step
 from langgraph_resilience._graph.tools import GuardedToolNode
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.clock import SystemClock

@@ -69,7 +69,7 @@ def classified(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BreakerReport:
-    """A failed attempt's outcome for its breaker, reported once the call settles."""
+    """A failed attempt's outcome for its breaker, reported once the call leaves its tool."""
 
     key: str
     outcome: FailureClass
@@ -78,7 +78,7 @@ class BreakerReport:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Raised:
-    """A tool's exception, carried from the interception to the step's settling (in the
+    """A tool's exception, carried from the interception to the step's finish (in the
     step's `CallOutcome`), never further."""
 
     error: BaseException

@@ -23,7 +23,7 @@ from langgraph_resilience._graph.exactly_once import Effect, effect_context
 from langgraph_resilience._graph.in_flight import executing
 from langgraph_resilience._graph.run_lease import current_run
 from langgraph_resilience._graph.saved_step import step_to_save
-from langgraph_resilience._graph.step_scope import STEP, StepScope
+from langgraph_resilience._graph.scope import STEP, StepScope
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.decision import retry_wait

@@ -12,11 +12,11 @@ It maps `add_resilience`'s graph onto the one `create_agent` builds, running the
 same code (nothing here decides anything itself):
 
 - ``wrap_tool_call``: `create_agent` runs each tool call as its own task, so each
-  is one tools step of its own (`call_step.call_step`): the same planning (loop guard,
+  is one tools step of its own (`agent_call.call_step`): the same planning (loop guard,
   budgets, gone tools), interception (breakers, bulkheads, timeouts, coercion,
-  exactly-once side effects, the output contract, one classification) and settling
-  (`tool_step.finish_step`) as `GuardedToolNode`, for that call. A short backoff
-  is slept and retried right there, in the call's own task (`_graph.step_retry`), so
+  exactly-once side effects, the output contract, one classification) and finishing
+  (`finish.finish_step`) as `GuardedToolNode`, for that call. A short backoff
+  is slept and retried right there, in the call's own task (`_graph.inline_retry`), so
   the turn needs no extra ``before_model`` round; a call that recovers later (a long
   backoff, a repair, a human) is left unanswered, its record in the tally says what
   it waits for.
@@ -63,7 +63,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 
-from langgraph_resilience._graph.call_step import acall_step, call_step
+from langgraph_resilience._graph.agent_call import acall_step, call_step
 from langgraph_resilience._graph.model import ResilientChatModel, resilient_model
 from langgraph_resilience._graph.model_streaming import Ask
 from langgraph_resilience._graph.node import ResilienceNode
@@ -91,7 +91,7 @@ __all__ = ["ResilienceAgentState", "ResilienceMiddleware"]
 
 _RECOVERY_ROUNDS = 16
 """Recovery nodes one ``before_model`` pass may run before it must jump or answer
-(each round settles or schedules at least one call; a turn has few)."""
+(each round answers or schedules at least one call; a turn has few)."""
 
 
 class ResilienceAgentState(AgentState[Any]):
@@ -186,7 +186,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
-        """One call as one tools step (`call_step.call_step`)."""
+        """One call as one tools step (`agent_call.call_step`)."""
         return call_step(self.engine, request, handler)
 
     async def awrap_tool_call(
@@ -226,7 +226,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             engine = self.engine
             yield Call(engine.enter_run, engine.aenter_run, (config,))
             if route_entry(state) == "go":
-                return None  # the last turn ended in a final answer: nothing to settle
+                return None  # the last turn ended in a final answer: nothing to finish
             pending = self._pending
             return (yield Call(pending.run, pending.arun, (state, config))) or None
         view: dict[str, Any] = dict(state)

@@ -6,7 +6,7 @@ writes again instead of answering an escalation, a server cancels a run during a
 backoff (double-texting), a crash loses the tools step. New input starts the graph
 at ``START``, so `add_resilience` puts `AnswerPendingNode` there: it answers each
 such call with an envelope saying what happened (``cancelled`` or ``abandoned``),
-placed right after its assistant message, and settles the calls' tally records,
+placed right after its assistant message, and finishes the calls' tally records,
 as deepagents' PatchToolCalls middleware does for its agents.
 
 A side effect is answered with what the idempotency ledger knows of it, never with
@@ -165,11 +165,11 @@ def recorded_effects(
 
 @dataclasses.dataclass
 class _Answers:
-    """What `answer_pending` builds: the history, the settled records, the told effects."""
+    """What `answer_pending` builds: the history, the finished records, the told effects."""
 
     task: str
     patched: list[AnyMessage] = dataclasses.field(default_factory=list)
-    settled: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
+    finished: dict[str, CallRecord] = dataclasses.field(default_factory=dict)
     informed: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def answer(
@@ -181,7 +181,7 @@ class _Answers:
         if effect is not None and effect.status == "done":
             self.patched.append(replayed(call, effect.result, effect.key))  # type: ignore[arg-type]
             if record is not None:
-                self.settled[slot] = {**record, "status": "ok", "due": None}
+                self.finished[slot] = {**record, "status": "ok", "due": None}
             return
         if effect is not None and effect.status == "pending":
             error = _unknown(call, effect)
@@ -190,7 +190,7 @@ class _Answers:
             error = _envelope(call, record)
         self.patched.append(error_message(error))
         if record is not None:
-            self.settled[slot] = {**record, "status": "failed", "due": None}
+            self.finished[slot] = {**record, "status": "failed", "due": None}
         reason = next(iter(error.context))
         emit(Event("call_cancelled", tool=error.tool, call_id=error.call_id, reason=reason))
 
@@ -218,7 +218,7 @@ def answer_pending(
     tally: Tally,
     recorded: Mapping[str, IdempotencyRecord] | None = None,
 ) -> tuple[list[AnyMessage], dict[str, CallRecord], dict[str, str]] | None:
-    """The history with every unanswered tool call answered, the settled tally
+    """The history with every unanswered tool call answered, the finished tally
     records and the unknown effects the agent is now told of (key -> the new task);
     None when every call already has its answer. `recorded`: the ledger's records of
     the unanswered side effects, by slot (`recorded_effects`)."""
@@ -240,12 +240,12 @@ def answer_pending(
             out.answer(slot, call, calls.get(slot), recorded.get(slot))
     if len(out.patched) == len(messages):
         return None
-    return out.patched, out.settled, out.informed
+    return out.patched, out.finished, out.informed
 
 
 def route_entry(state: Any, messages_key: str = "messages") -> Literal["pending", "go"]:
     """The graph's entry router: through `AnswerPendingNode` only when a stopped run
-    left something to settle (an unanswered call, a running replan). A clean thread
+    left something to finish (an unanswered call, a running replan). A clean thread
     goes straight on: no extra step, and no checkpoint for it.
 
     Only the messages since the latest final answer (an assistant message without
@@ -304,9 +304,9 @@ class AnswerPendingNode(ResilienceNode):
             delta["plan"] = {**plan, "status": "abandoned"}
         found = answer_pending(read_messages(state, self.messages_key), tally, recorded)
         if found is not None:
-            messages, settled, informed = found
+            messages, finished, informed = found
             update[self.messages_key] = Overwrite(messages)
-            delta["calls"] = settled
+            delta["calls"] = finished
             if informed:
                 delta["informed"] = informed
             added = len(messages) - len(read_messages(state, self.messages_key))

@@ -231,7 +231,7 @@ class PlannerNode(ResilienceNode):
         )
 
     def _flow(self, state: Any, config: RunnableConfig) -> Flow[dict[str, Any]]:
-        """Read the tally, ask the model once (an error is a rejected plan), settle."""
+        """Read the tally, ask the model once (an error is a rejected plan), finish."""
         replan = self._read(state)
         if replan is None:
             return {}
@@ -244,7 +244,7 @@ class PlannerNode(ResilienceNode):
             raise
         except Exception as exc:
             reply = exc
-        return self._settle(replan, reply)
+        return self._finish(replan, reply)
 
     def run(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Sync body of the node."""
@@ -278,7 +278,7 @@ class PlannerNode(ResilienceNode):
         )
         return reply, verdict
 
-    def _settle(self, replan: _Replan, reply: Any) -> dict[str, Any]:
+    def _finish(self, replan: _Replan, reply: Any) -> dict[str, Any]:
         """The tally delta and the messages of one planner answer."""
         plan, verdict = self._verdict(replan, reply)
         emit(

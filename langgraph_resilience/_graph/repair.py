@@ -155,13 +155,13 @@ class RepairNode(ResilienceNode):
         """Sync body of the node."""
         requests, budget = self._requests(state)
         replies = drive(self._ask(requests, budget, config), _NEVER_WAITS)
-        return self._settle(state, requests, replies)
+        return self._finish(state, requests, replies)
 
     async def arun(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Async body of the node."""
         requests, budget = self._requests(state)
         replies = await adrive(self._ask(requests, budget, config), _NEVER_WAITS)
-        return self._settle(state, requests, replies)
+        return self._finish(state, requests, replies)
 
     def _ask(
         self, requests: list[_Request], budget: int, config: RunnableConfig
@@ -184,7 +184,7 @@ class RepairNode(ResilienceNode):
                 replies.append(exc)
         return replies
 
-    def _settle(
+    def _finish(
         self,
         state: Any,
         requests: list[_Request],

@@ -5,7 +5,7 @@ node only waits until the due time stored in the tally and hands back to the too
 node. Because the due time is wall-clock and checkpointed, a thread resumed after a
 crash waits only what remains of its backoff. It sees only long waits (beyond
 ``policy.inline_retry_max_wait``): the tools step sleeps a short one itself
-(`_graph.step_retry`).
+(`_graph.inline_retry`).
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def route_after_agent(state: Any, messages_key: str = "messages") -> Literal["to
 
 
 Next = Literal["repair", "tools", "retry", "planner", "escalate", "executor", "agent", "__end__"]
-"""Where the graph goes once a recovery node has settled the calls of a turn."""
+"""Where the graph goes once a recovery node has finished the calls of a turn."""
 
 
 def _pending(state: Any, messages_key: str) -> set[str]:
@@ -84,7 +84,7 @@ _ORDER: tuple[tuple[str, Next], ...] = (
     ("ready", "tools"),  # repaired or human-approved: runs now, no backoff step
     ("scheduled", "retry"),
     ("escalate", "escalate"),
-    ("replan", "planner"),  # last: a plan starts a new AIMessage, so the turn must be settled
+    ("replan", "planner"),  # last: a plan starts a new AIMessage, so the turn must be finished
 )
 
 

@@ -145,7 +145,7 @@ def wait_saved(step: SavedStep, tool: str) -> None:
             first = False
     if not first:
         poll.done.wait(SAVE_WAIT + _MAX_POLL)
-        if not _settled_by(poll.ended, step, tool):
+        if not _answered_by(poll.ended, step, tool):
             drive(_until_saved(step, tool), _REAL_TIME)
         return
     try:
@@ -167,7 +167,7 @@ async def await_saved(step: SavedStep, tool: str) -> None:
     key = (id(loop), step.key)
     poll = _APOLLS.get(key)
     if poll is not None:
-        if not _settled_by(await asyncio.shield(poll), step, tool):
+        if not _answered_by(await asyncio.shield(poll), step, tool):
             await adrive(_until_saved(step, tool), _REAL_TIME)
         return
     poll = _APOLLS[key] = loop.create_future()
@@ -183,8 +183,8 @@ async def await_saved(step: SavedStep, tool: str) -> None:
         poll.set_result(outcome)
 
 
-def _settled_by(ended: _Ended, step: SavedStep, tool: str) -> bool:
-    """Whether another call's poll settled this call's wait: found, or timed out (this
+def _answered_by(ended: _Ended, step: SavedStep, tool: str) -> bool:
+    """Whether another call's poll answered this call's wait: found, or timed out (this
     call's wait fails too). One stopped otherwise (its call was interrupted) leaves this
     call to poll on its own."""
     if ended == "found" or step.key in KNOWN:

@@ -217,7 +217,7 @@ class Tally(TypedDict, total=False):
     In a later task the same effect asked for anew is not blocked by them (a new
     human request is informed, not a blind re-issue); in the same task it is."""
     message: str
-    """In a delta only (never kept): the assistant message whose calls the step settled,
+    """In a delta only (never kept): the assistant message whose calls the step finished,
     as its slots' prefix, when `done` counts them instead of `calls` holding them."""
     done: dict[str, int]
     """Finished call records dropped from `calls`, by status: the thread's history of

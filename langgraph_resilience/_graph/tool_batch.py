@@ -154,7 +154,7 @@ class Batch:
     seen: dict[str, int] = dataclasses.field(default_factory=dict)
     recent: list[str] = dataclasses.field(default_factory=list)
     owns: frozenset[str] | None = None
-    """The slots this step settles; None: every call of the turn. A step of one call
+    """The slots this step finishes; None: every call of the turn. A step of one call
     (`only`) leaves its siblings to their own steps."""
 
     def only(self, call_id: str) -> Batch:

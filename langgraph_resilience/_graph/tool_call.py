@@ -4,10 +4,10 @@
 admission, bulkhead and timeout (`_graph.tool_guards`), lossless coercion of rejected
 arguments, the exactly-once flow of a side effect (`_graph.exactly_once`), the output
 contract, and one classification of a failure, which then travels to the step as
-`answers.Raised`, in the step's `step_scope.CallOutcome`. The interception is one
+`answers.Raised`, in the step's `scope.CallOutcome`. The interception is one
 `core.flow` flow, driven sync by ``wrap_tool_call`` and async by ``awrap_tool_call``.
 Which calls run is `_graph.tool_batch`'s choice; what becomes of them,
-`_graph.tool_step`'s.
+`_graph.finish`'s.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from langgraph_resilience._graph.mcp import (
     is_error_of,
     skipped_message,
 )
-from langgraph_resilience._graph.step_scope import STEP, StepScope, keep
+from langgraph_resilience._graph.scope import STEP, StepScope, keep
 from langgraph_resilience._graph.tool_guards import Admitted, ToolGuards
 from langgraph_resilience.core.classification import Rule
 from langgraph_resilience.core.clock import Clock
@@ -93,7 +93,7 @@ _NOT_EXECUTED = (BulkheadFullError, OutcomeUnknownError, EffectNotDone)
 class CallInterceptor:
     """Runs one tool call between ToolNode and the tool, and answers it: a result, or
     a placeholder error `ToolMessage` while the step's `CallOutcome` carries the
-    classified failure (`answers.Raised`) to `tool_step.finish_step`."""
+    classified failure (`answers.Raised`) to `finish.finish_step`."""
 
     def __init__(
         self,
@@ -245,7 +245,7 @@ class CallInterceptor:
             answer = yield from self._attempt(call, request, effect_run(under))
             server = self.guards.servers.get(call["name"])
             if isinstance(answer, ToolMessage) and answer.status == "error" and server:
-                raise is_error_of(answer, server)  # the service's answer: settled below
+                raise is_error_of(answer, server)  # the service's answer: judged below
             return answer
 
         return Run(
@@ -307,7 +307,7 @@ class CallInterceptor:
             exc, self._classify(call, exc), executed, unreported, effect.key if effect else None
         )
         step = STEP.get()
-        if step is None:  # no step to settle it: the envelope is the answer
+        if step is None:  # no step to finish it: the envelope is the answer
             return error_message(raised.envelope)
         outcome = step.outcome(call["id"])
         outcome.raised, outcome.coercion = raised, None  # a failure records no fixes

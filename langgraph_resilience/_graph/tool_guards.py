@@ -4,7 +4,7 @@
 questions the call flow asks of them: may this call run (a breaker admission, as a
 `core.flow` `Call`), how did it end (a record), may it retry (the retry budget), and
 runs the tool in its bulkhead slot for at most its timeout. It decides nothing about
-failures: that is `core.decision`'s, through `_graph.tool_step`.
+failures: that is `core.decision`'s, through `_graph.finish`.
 """
 
 from __future__ import annotations

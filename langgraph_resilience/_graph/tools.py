@@ -5,8 +5,8 @@
 exactly as in LangGraph) and intercepts each call through ToolNode's public
 ``wrap_tool_call`` hook (`_graph.tool_call`: breakers, timeout, exactly-once, one
 classification). Which calls run is `_graph.tool_batch`'s choice; what becomes of
-them, `_graph.tool_step`'s. The step is one `core.flow` flow (``_step``: a short
-backoff is retried inside it, `_graph.step_retry`), driven by ``run`` and ``arun``.
+them, `_graph.finish`'s. The step is one `core.flow` flow (``_step``: a short
+backoff is retried inside it, `_graph.inline_retry`), driven by ``run`` and ``arun``.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ from langgraph_resilience._graph.exactly_once import (
     current_idempotency_key,
     current_item_keys,
 )
+from langgraph_resilience._graph.finish import finish_step
+from langgraph_resilience._graph.inline_retry import retried_in_step
 from langgraph_resilience._graph.mcp import servers_of
 from langgraph_resilience._graph.node import ResilienceNode
 from langgraph_resilience._graph.run_lease import RUN_LEASES, current_run
-from langgraph_resilience._graph.step_retry import retried_in_step
-from langgraph_resilience._graph.step_scope import in_step, step_ledger
+from langgraph_resilience._graph.scope import in_step, step_ledger
 from langgraph_resilience._graph.tool_batch import Batch, ToolSettings, plan_batch, step_input
 from langgraph_resilience._graph.tool_call import Answer, CallInterceptor
 from langgraph_resilience._graph.tool_guards import ToolGuards
-from langgraph_resilience._graph.tool_step import finish_step
 from langgraph_resilience.core.breaker import BreakerConfig, BreakerStore
 from langgraph_resilience.core.budget import RetryBudget
 from langgraph_resilience.core.classification import DEFAULT_RULES, Rule
@@ -138,7 +138,7 @@ class GuardedToolNode(ResilienceNode):
         self.guards.servers.update(servers_of(self.tools_by_name.values(), self.profiles))
         _check_batch_args(self.profiles, self.tools_by_name)
         self.settings = self._settings(rng, can_repair, can_replan, can_escalate)
-        """What the step's planning and settling read (`tool_batch`, `tool_step`)."""
+        """What the step's planning and finish read (`tool_batch`, `finish`)."""
         self.calls = CallInterceptor(
             tools=self.tools_by_name,
             profiles=self.profiles,
@@ -249,12 +249,12 @@ class GuardedToolNode(ResilienceNode):
 
     def _step(self, state: Any, config: RunnableConfig) -> Flow[Any]:
         """The step as one `core.flow` flow: a run of the due calls, and another after
-        each short backoff it leaves (`step_retry`)."""
+        each short backoff it leaves (`inline_retry`)."""
         once = functools.partial(self._once, config, {})
         return (yield from retried_in_step(self.settings, state, once))
 
     def _once(self, config: RunnableConfig, kept: dict[str, Any], state: Any) -> Flow[Any]:
-        """One run: plan the batch, run it through ToolNode, settle it, report it."""
+        """One run: plan the batch, run it through ToolNode, finish it, report it."""
         batch = plan_batch(self.settings, state)
         if batch is None:
             return None

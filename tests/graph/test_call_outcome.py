@@ -1,4 +1,4 @@
-"""A call's outcome is one typed value (`step_scope.CallOutcome`), kept by the step, never
+"""A call's outcome is one typed value (`scope.CallOutcome`), kept by the step, never
 read back from the messages: the answers the model and the checkpoint see carry none
 of our internal fields, and an observer is told the attempt's classified failure."""
 

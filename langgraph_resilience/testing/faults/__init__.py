@@ -53,7 +53,7 @@ turn) or, without an epoch, from a later LangGraph step. Before that, its
 failure is not counted: a framework that keeps retrying one call within a turn
 is judged by the attempt budget, not as "calls while open". The shadows are
 replayed from the call log when they are read, so that evidence may come after
-the attempt it settles.
+the attempt it decides.
 
 The rooms: `kinds` (the fault kinds), `plan` (schedules, specs, plans), `tool`
 (`ChaosTool`, `inject`), `calls` (the call log and the shadow breakers) and

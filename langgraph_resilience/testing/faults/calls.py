@@ -61,12 +61,12 @@ class Shadow:
 _Logical = tuple[str, str | None, int | None, int | None]
 
 
-def _settle_points(entries: Sequence[tuple[CallLog, str]]) -> dict[int, list[_Logical]]:
+def _report_points(entries: Sequence[tuple[CallLog, str]]) -> dict[int, list[_Logical]]:
     """For each logical call, the first attempt (by index into `entries`) that shows it had
     left its tool by then: after its last attempt there, the same call id on another
     tool (its fallback), or an attempt from a later epoch (the caller's next turn); or,
     without an epoch, an attempt from a later LangGraph step (an attempt outside a
-    graph ends its call). A call settles before that attempt is admitted."""
+    graph ends its call). A call is reported before that attempt is admitted."""
     last: dict[_Logical, int] = {}
     for i, (entry, tool) in enumerate(entries):
         last[(tool, *entry.logical)] = i
@@ -95,7 +95,7 @@ def replay(
 ) -> dict[str, Shadow]:
     """Feed each tool's shadow breaker one outcome per logical call, as the package's
     breakers are fed: a success when an attempt succeeds, or the last attempt's failure
-    once the call has left the tool (`_settle_points`); a half-open probe decides at
+    once the call has left the tool (`_report_points`); a half-open probe decides at
     once. An attempt the shadow refuses counts in ``while_open`` and tells it nothing.
 
     `logs` holds each tool's attempts (by tool name), `configs` its breaker (None:
@@ -104,7 +104,7 @@ def replay(
         ((entry, name) for name, log in logs.items() for entry in log),
         key=lambda pair: pair[0].seq,
     )
-    points = _settle_points(entries)
+    points = _report_points(entries)
     states: dict[str, BreakerState] = {}
     shadows = {name: Shadow() for name in logs}
     pending: dict[_Logical, FailureClass] = {}

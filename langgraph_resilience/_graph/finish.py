@@ -1,4 +1,4 @@
-"""How a tools step settles its calls: the per-call state machine over the tally.
+"""How a tools step finishes its calls: the per-call state machine over the tally.
 
 After ToolNode ran the batch, each call's outcome becomes its next state in the
 tally: answered (ok or failed), scheduled for a retry, sent to repair, replan or
@@ -27,6 +27,7 @@ from langgraph_resilience._graph.answers import (
     with_trail,
 )
 from langgraph_resilience._graph.mcp import skipped_message
+from langgraph_resilience._graph.scope import CallOutcome
 from langgraph_resilience._graph.state import (
     PLAN_CALL_PREFIX,
     CallRecord,
@@ -38,7 +39,6 @@ from langgraph_resilience._graph.state import (
     read_tally,
 )
 from langgraph_resilience._graph.status_checks import check_with
-from langgraph_resilience._graph.step_scope import CallOutcome
 from langgraph_resilience._graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.decision import Decision, Paths, decide, decide_repair, unrecovered
@@ -52,7 +52,7 @@ __all__ = ["Step", "finish_step"]
 
 @dataclasses.dataclass(slots=True)
 class Step:
-    """What one tools step accumulates while settling its calls."""
+    """What one tools step accumulates while finishing its calls."""
 
     tally: Tally
     task: TaskTally
@@ -74,7 +74,7 @@ class Step:
     held: dict[str, int] = dataclasses.field(default_factory=dict)
     """Side effects this step answered as done, by call key (the tally's ``held``)."""
     done: int = 0
-    """Clean first tries settled without a record (`_settle_clean`)."""
+    """Clean first tries finished without a record (`_finish_clean`)."""
 
     def count(self, kind: str) -> None:
         self.events[kind] = self.events.get(kind, 0) + 1
@@ -105,10 +105,10 @@ def finish_step(
     for issued in batch.runnable:
         call_id = issued["id"] or ""
         message, outcome = results.get(call_id), outcomes.get(call_id) or CallOutcome()
-        _settle_call(cfg, step, batch, issued, message, outcome=outcome, refused=refused)
+        _finish_call(cfg, step, batch, issued, message, outcome=outcome, refused=refused)
     calls = tally.get("calls") or {}
     for item in batch.preflight:
-        _settle_preflight(cfg, step, item, calls)
+        _finish_preflight(cfg, step, item, calls)
     _end_waits_past_budget(cfg, step, state, batch)
     update: dict[str, Any] = {
         cfg.messages_key: step.messages,
@@ -117,7 +117,7 @@ def finish_step(
     return ([*commands, update] if commands else update), step.reports
 
 
-def _settle_call(
+def _finish_call(
     cfg: ToolSettings,
     step: Step,
     batch: Batch,
@@ -135,7 +135,7 @@ def _settle_call(
     fixed, raised = (outcome.coercion, outcome.raised) if message is not None else (None, None)
     first_try = previous is None and ran and fixed is None and raised is None
     if first_try and _clean_first_try(cfg, batch, issued, message):
-        _settle_clean(cfg, step, batch, issued, message)  # type: ignore[arg-type]
+        _finish_clean(cfg, step, batch, issued, message)  # type: ignore[arg-type]
         return
     call = issued if fixed is None else {**issued, "args": fixed.args}
     record = _record(
@@ -159,11 +159,11 @@ def _settle_call(
             step.unreported[call_id] = raised.unreported
         if raised.effect_key is not None:
             record["effect_key"] = raised.effect_key
-        _settle_failure(cfg, step, slot, call, record, raised=raised, now=batch.now)
+        _finish_failure(cfg, step, slot, call, record, raised=raised, now=batch.now)
         return
     partial = _partial(cfg, call, message)
     if partial is not None and message is not None:
-        _settle_partial(
+        _finish_partial(
             cfg, step, slot, call, record, partial=partial, keys=outcome.item_keys, now=batch.now
         )
         return
@@ -189,7 +189,7 @@ def _clean_first_try(
     )
 
 
-def _settle_clean(
+def _finish_clean(
     cfg: ToolSettings, step: Step, batch: Batch, call: ToolCall, message: ToolMessage
 ) -> None:
     """A clean first try: counted in the tally's ``done``, answered by its ToolMessage
@@ -215,7 +215,7 @@ def _hold(
     step.held[key] = step.held.get(key, 0) + 1
 
 
-def _settle_failure(
+def _finish_failure(
     cfg: ToolSettings,
     step: Step,
     slot: str,
@@ -311,7 +311,7 @@ def _partial(
     return as_partial_result(message.content)
 
 
-def _settle_partial(
+def _finish_partial(
     cfg: ToolSettings,
     step: Step,
     slot: str,
@@ -333,7 +333,7 @@ def _settle_partial(
     except ValueError as exc:  # the tool's partial result does not match its batch
         profile = cfg.profiles.get(call["name"])
         envelope = classified(exc, tool=call["name"], profile=profile, rules=cfg.rules)
-        _settle_failure(cfg, step, slot, call, record, raised=Raised(exc, envelope), now=now)
+        _finish_failure(cfg, step, slot, call, record, raised=Raised(exc, envelope), now=now)
         return
     done = [*record.get("done_items", []), *partial.succeeded]
     error = ToolError(
@@ -530,13 +530,13 @@ def _give_up(step: Step, record: CallRecord, error: ToolError, decision: Decisio
 
 def _end_waits_past_budget(cfg: ToolSettings, step: Step, state: Any, batch: Batch) -> None:
     """Once the task budget is spent, calls still waiting for a retry would only
-    wait to be refused: settle them now instead of sleeping first."""
+    wait to be refused: finish them now instead of sleeping first."""
     if step.task_attempts < cfg.policy.max_tool_attempts:
         return
     calls = step.tally.get("calls") or {}
     for entry in current_calls(state, cfg.messages_key):
         if batch.owns is not None and entry.slot not in batch.owns:
-            continue  # a sibling's own step settles it
+            continue  # a sibling's own step finishes it
         record = step.calls.get(entry.slot) or calls.get(entry.slot)
         if record is None or record["status"] != "scheduled" or record["error"] is None:
             continue
@@ -546,7 +546,7 @@ def _end_waits_past_budget(cfg: ToolSettings, step: Step, state: Any, batch: Bat
         _carry_out(cfg, step, entry.slot, dict(record), error, decision=decision, now=batch.now)  # type: ignore[arg-type]
 
 
-def _settle_preflight(
+def _finish_preflight(
     cfg: ToolSettings, step: Step, item: Preflight, calls: Mapping[str, CallRecord]
 ) -> None:
     """Answer a call that was not run (unknown tool, loop, spent budget, bad JSON),

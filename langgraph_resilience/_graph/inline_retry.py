@@ -1,6 +1,6 @@
 """Short backoffs retried inside the tools step: no retry node, no extra checkpoints.
 
-A tools step settles its calls (`tool_step.finish_step`); a call it scheduled for a
+A tools step finishes its calls (`finish.finish_step`); a call it scheduled for a
 retry whose wait is short (`core.decision.retry_in_step`) is not handed to the retry
 node: the step sleeps that wait on its clock and runs again, on the state its own
 update leaves, until no short wait is left. Each run is a whole tools step (the

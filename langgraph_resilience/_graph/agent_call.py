@@ -5,7 +5,7 @@ its own, so `ResilienceMiddleware.wrap_tool_call` makes each one a tools step of
 its own: `GuardedToolNode`'s planning (`plan_batch`, cut to this call by
 `Batch.only`), its interception (breakers, exactly-once, one classification) with
 the agent's handler as the executor, and `finish_step`; a short backoff is retried
-inside the step (`step_retry`), as in the node. The update carries the call's
+inside the step (`inline_retry`), as in the node. The update carries the call's
 answer, or none while it waits for a recovery (its tally record says which).
 """
 
@@ -20,11 +20,11 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
+from langgraph_resilience._graph.finish import finish_step
+from langgraph_resilience._graph.inline_retry import retried_in_step
 from langgraph_resilience._graph.run_lease import RUN_LEASES
-from langgraph_resilience._graph.step_retry import retried_in_step
-from langgraph_resilience._graph.step_scope import in_step, step_ledger
+from langgraph_resilience._graph.scope import in_step, step_ledger
 from langgraph_resilience._graph.tool_batch import Batch, plan_batch
-from langgraph_resilience._graph.tool_step import finish_step
 from langgraph_resilience._graph.tools import GuardedToolNode
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 
@@ -37,7 +37,7 @@ def call_step(
     node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any]
 ) -> Command[Any]:
     """One tool call as a whole tools step (how `create_agent` runs each call, as its own
-    task): the same planning, interception and settling as the node, for this call
+    task): the same planning, interception and finish as the node, for this call
     only. The update carries the call's answer, or none while it waits for a recovery."""
     with RUN_LEASES.ended_by_failure(request.runtime.config):
         return drive(_step(node, request, execute), node.clock)
@@ -55,7 +55,7 @@ def _step(
     node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any]
 ) -> Flow[Command[Any]]:
     """The step as one `core.flow` flow; `execute` is the handler of the driver's kind. A
-    short backoff is retried inside it (`step_retry`): the call is answered in this
+    short backoff is retried inside it (`inline_retry`): the call is answered in this
     task, without a round through ``before_model``."""
     if request.tool is not None:
         node.learn([request.tool])
@@ -66,7 +66,7 @@ def _step(
 def _once(
     node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any], state: Any
 ) -> Flow[Any]:
-    """One run of the call's step on `state`: plan, intercept, settle, report."""
+    """One run of the call's step on `state`: plan, intercept, finish, report."""
     batch = _one(node, request, state)
     if batch is None:
         return None

@@ -5,7 +5,7 @@ which hands it only the call's request; the step's batch (slots, spent attempts,
 approvals), its ledger and the tools found gone reach the interception here, and
 what the interception learns of each call beside its answer (`CallOutcome`: the
 classified failure, the coerced arguments, a batch's item keys) goes back to the
-step's settling (`tool_step.finish_step`) here too, by call id. `in_step`
+step's finish (`finish.finish_step`) here too, by call id. `in_step`
 sets it for the node's own step and for `call_step`'s step of one call, after
 `step_ledger` found the run's ledger and took the run's lease of its thread.
 """
@@ -59,7 +59,7 @@ class StepScope:
     call id), so a retry inside the step runs the call again without a new ToolNode
     run (and its thread pool), as a wrap_tool_call retry does; None: not kept."""
     outcomes: dict[str, CallOutcome] = dataclasses.field(default_factory=dict)
-    """Each call's `CallOutcome`, by call id, for `tool_step.finish_step`."""
+    """Each call's `CallOutcome`, by call id, for `finish.finish_step`."""
 
     def outcome(self, call_id: str | None) -> CallOutcome:
         """The outcome of the call `call_id`, to fill in."""
