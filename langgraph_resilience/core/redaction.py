@@ -117,8 +117,9 @@ def is_secret_key(key: object) -> bool:
 # cost the engine its fast scan for a first character): the token callbacks check
 # what stands before a match instead, and cheap substring tests skip whole scans.
 
-# a quoted key's quote, then ':' or '=' (or ':=', '::', '=>', as in Go, Ruby, PHP)
-_KEY_END = r"""(?:\\?["'])?[ \t]*(?:=>|:[:=]|[:=])[ \t]*"""
+# a quoted key's quote, a subscript's ']' (``cfg["password"] =``, ``user[password]=``),
+# then ':' or '=' (or ':=', '::', '=>', as in Go, Ruby, PHP)
+_KEY_END = r"""(?:\\?["'])?\]?[ \t]*(?:=>|:[:=]|[:=])[ \t]*"""
 _QUOTED = (
     r"""\\"(?:[^\\\n]|\\\\\\"|\\[^"\n])*+(?:\\")?"""  # \"...\" in JSON text in a JSON string
     r"""|[bBrRuU]?"(?:[^"\\\n]|\\.)*+"?"""  # "...", escapes included, to the line's end
@@ -127,7 +128,7 @@ _QUOTED = (
 _PAIR_END = (
     # the next pair (" user=", "&q=", ', "user":', not "x :" or "x://"), or the quote
     # closing the string this pair stands in, or the end of the line
-    r"""(?<![\s&;,])[\s&;,]++["']?[A-Za-z_][\w.\-]*+["']?(?:=|:(?!//))"""
+    r"""(?<![\s&;,])[\s&;,]++["']?[A-Za-z_][\w.\-]*+(?:\[[\w.\-]*+\])*+["']?(?:=|:(?!//))"""
     r"""|["'](?=[ \t]*+(?:[,;}\])\r\n]|\Z))"""
     r"""|[\r\n]"""
 )
@@ -141,7 +142,7 @@ _WORD_NAMES = (  # one word (Azure's AccountKey=, SharedAccessKey=, a SAS URL's 
 )
 _WORD_VALUE = (
     # not the next secret pair ("token: X-Session-Id: abc" leaves that pair to its rule)
-    rf"""(?![\w.\-]*?(?:{_LINE_NAMES}|{_PHRASE_NAMES}|{_WORD_NAMES})(?:\\?["'])?[ \t]*[:=])"""
+    rf"""(?![\w.\-]*?(?:{_LINE_NAMES}|{_PHRASE_NAMES}|{_WORD_NAMES})(?:\\?["'])?\]?[ \t]*[:=])"""
     r"""[^\s"'&,;<>(){}\[\]]*+"""
 )
 _PAIR = re.compile(
@@ -207,7 +208,8 @@ def _misquoted(text: str, probe: int, end: int, parts: list[str]) -> int:
 # like, the words before it say it is a key.
 
 _ANNOUNCED = re.compile(
-    r"(?:(?P<provided>(?:key|token|secret)[ \t]++provided[ \t]*+:)|(?P<bare>key[ \t]*+=))"
+    r"(?:(?P<provided>(?:key|token|secret)[ \t]++provided[ \t]*+:)"
+    r"|(?P<bare>key(?:\\?[\"'])?\]?[ \t]*+(?:=>|:=|=)))"
     rf"""[ \t]*+(?P<value>{_QUOTED}|[^\s"'&,;<>(){{}}\[\]`]*+)""",
     re.IGNORECASE | re.ASCII,
 )

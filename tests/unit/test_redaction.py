@@ -34,6 +34,14 @@ from langgraph_resilience.core.redaction import (
         pytest.param("{'token' => 'hunter2'}", "hunter2", id="token-ruby-hash"),
         pytest.param("$password => hunter2;", "hunter2", id="password-php-arrow"),
         pytest.param('"sl_token"::"hunter2"', "hunter2", id="token-double-colon"),
+        pytest.param('["sl_token"]::"hunter2"', "hunter2", id="token-subscript-colons"),
+        pytest.param('config["password"] = "hunter2"', "hunter2", id="password-subscript"),
+        pytest.param("params['api_key'] = 'abc123xyz'", "abc123xyz", id="api_key-subscript"),
+        pytest.param('$cfg["token"] => "abc123xyz"', "abc123xyz", id="token-php-subscript"),
+        pytest.param("user[name]=ann&user[password]=hunter2", "hunter2", id="password-form"),
+        pytest.param("key => abc123xyz", "abc123xyz", id="key-arrow"),
+        pytest.param("{'key' => 'abc123xyz'}", "abc123xyz", id="key-ruby-hash"),
+        pytest.param("key := abc123xyz", "abc123xyz", id="key-go-assign"),
         pytest.param('{"password": "hunter2", "user": "app"}', "hunter2", id="password-json"),
         pytest.param("{'passwd': 'hunter2'}", "hunter2", id="passwd-repr"),
         pytest.param("host=h user=u pwd=hunter2 dbname=x", "hunter2", id="pwd"),
@@ -84,6 +92,9 @@ def test_redact_keeps_the_shape_of_the_text() -> None:
         f'{{"password": "{REDACTED}", "user": "app"}}'
     )
     assert redact("key sk-abc123456789 rejected") == f"key {REDACTED} rejected"
+    assert redact("POST /login user[name]=ann&user[password]=hunter2&user[email]=a@b.c") == (
+        f"POST /login user[name]=ann&user[password]={REDACTED}&user[email]=a@b.c"
+    )
 
 
 def test_dsn_keeps_user_and_host() -> None:
@@ -349,6 +360,7 @@ def test_redact_whole_values(text: str, expected: str) -> None:
         "retry in 3s: upstream busy",
         "ssh://git@github.com/org/repo.git",
         "monkey=banana sort_key=name cache.key=x",
+        "monkey => banana, items[0] = 5, key_count=3",
         "no API key provided in the request",
     ],
 )
