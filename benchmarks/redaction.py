@@ -58,6 +58,9 @@ ADVERSARIAL = {
     "google-prefixes": "AIza" * (_MB // 4),
     "stripe-prefixes": "sk_live_" * (_MB // 8),
     "sas-sigs": "sig=" * (_MB // 4),
+    "flag-names": ("--" + "a" * 63 + "\t") * (_MB // 66),  # a name to its bound, no value
+    "element-names": ("<" + "a" * 64 + " " + "b" * 255) * (_MB // 321),  # never closed
+    "secret-elements": "<password>x" * (_MB // 11),  # its value runs to the next '<'
 }
 """About a megabyte each, shaped against each pattern of `core.redaction`."""
 

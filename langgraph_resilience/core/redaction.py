@@ -202,6 +202,40 @@ def _misquoted(text: str, probe: int, end: int, parts: list[str]) -> int:
     return end
 
 
+# ------------------------------------------------- text: elements and flags
+# A SOAP fault or an S3 error echoes the XML it was sent (``<Password>x</Password>``);
+# a failed command shows its arguments (``Command '['mysql', '--password', 'x']'``).
+# The element's or flag's name must end in a secret's name, as a pair's must.
+
+_NAMED = re.compile(rf"(?:{_LINE_NAMES}|{_PHRASE_NAMES}|{_WORD_NAMES})\Z", re.I | re.A)
+"""A secret's name ending an element's or a flag's name (checked apart: a name scanned
+possessively keeps the scan linear on any input)."""
+_ELEMENT = re.compile(
+    r"<(?P<name>[\w.:-]{1,64}+)(?:[ \t][^<>]{0,256}+)?+>(?P<value>[^<]++)</(?P=name)>", re.A
+)
+_FLAG = re.compile(  # the value: quoted (a list's repr, a shell's quotes), or one word
+    r"""--(?P<name>[A-Za-z][\w-]{0,63}+)["']?,?[ \t]++"""
+    r"""(?P<value>"[^"\n]{0,256}+"?|'[^'\n]{0,256}+'?|(?!-)[^\s"',\])]++)""",
+    re.A,
+)
+
+
+def _element(match: re.Match[str]) -> str:
+    if _NAMED.search(match.group("name")) is None:
+        return match.group(0)
+    if match.group("value").strip() in ("", REDACTED, "***"):
+        return match.group(0)
+    start, end = match.start("value") - match.start(), match.end("value") - match.start()
+    whole = match.group(0)
+    return whole[:start] + REDACTED + whole[end:]
+
+
+def _flag(match: re.Match[str]) -> str:
+    if _NAMED.search(match.group("name")) is None:
+        return match.group(0)
+    return _pair(match)
+
+
 # ------------------------------------------------- text: keys announced by context
 # A provider's error often echoes the key it refused ("Incorrect API key provided:
 # 0123...cdef."), and a message may carry a bare ``key=...``: whatever the value looks
@@ -382,6 +416,10 @@ def _scrub(text: str, *, truncated: bool = False) -> str:
         text = _pairs(text)
         if "://" in text and ("@" in text or truncated):
             text = _userinfo(text, truncated=truncated)
+    if "</" in text:
+        text = _ELEMENT.sub(_element, text)
+    if "--" in text:
+        text = _FLAG.sub(_flag, text)
     text = _tokens(text)
     for pattern in tuple(_EXTRA):
         text = pattern.sub(REDACTED, text)

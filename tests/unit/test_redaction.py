@@ -42,6 +42,19 @@ from langgraph_resilience.core.redaction import (
         pytest.param("key => abc123xyz", "abc123xyz", id="key-arrow"),
         pytest.param("{'key' => 'abc123xyz'}", "abc123xyz", id="key-ruby-hash"),
         pytest.param("key := abc123xyz", "abc123xyz", id="key-go-assign"),
+        pytest.param("<Password>hunter2</Password>", "hunter2", id="password-xml"),
+        pytest.param(
+            '<ns:SecretAccessKey a="1">wJalr/XUtn+FEMI</ns:SecretAccessKey>',
+            "wJalr",
+            id="secret-key-xml",
+        ),
+        pytest.param(
+            "Command '['mysql', '--password', 'hunter2']' returned non-zero exit status 1.",
+            "hunter2",
+            id="password-argv",
+        ),
+        pytest.param("run --api-key abc123xyz --verbose", "abc123xyz", id="api-key-flag"),
+        pytest.param('sh -c x --db-password "hunter 2"', "hunter", id="password-flag-quoted"),
         pytest.param('{"password": "hunter2", "user": "app"}', "hunter2", id="password-json"),
         pytest.param("{'passwd': 'hunter2'}", "hunter2", id="passwd-repr"),
         pytest.param("host=h user=u pwd=hunter2 dbname=x", "hunter2", id="pwd"),
@@ -94,6 +107,12 @@ def test_redact_keeps_the_shape_of_the_text() -> None:
     assert redact("key sk-abc123456789 rejected") == f"key {REDACTED} rejected"
     assert redact("POST /login user[name]=ann&user[password]=hunter2&user[email]=a@b.c") == (
         f"POST /login user[name]=ann&user[password]={REDACTED}&user[email]=a@b.c"
+    )
+    assert redact("<Auth><User>ann</User><Password>hunter2</Password></Auth>") == (
+        f"<Auth><User>ann</User><Password>{REDACTED}</Password></Auth>"
+    )
+    assert redact("Command '['mysql', '--password', 'hunter2']' failed") == (
+        f"Command '['mysql', '--password', '{REDACTED}']' failed"
     )
 
 
@@ -361,6 +380,8 @@ def test_redact_whole_values(text: str, expected: str) -> None:
         "ssh://git@github.com/org/repo.git",
         "monkey=banana sort_key=name cache.key=x",
         "monkey => banana, items[0] = 5, key_count=3",
+        "<tokens_used>5</tokens_used><AccessKeyId>AKID</AccessKeyId>",
+        "--no-password --verbose --password-file /etc/pw --token-count 5",
         "no API key provided in the request",
     ],
 )
