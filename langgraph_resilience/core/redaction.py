@@ -215,7 +215,7 @@ _ELEMENT = re.compile(
 )
 _FLAG = re.compile(  # the value: quoted (a list's repr, a shell's quotes), or one word
     r"""--(?P<name>[A-Za-z][\w-]{0,63}+)["']?,?[ \t]++"""
-    r"""(?P<value>"[^"\n]{0,256}+"?|'[^'\n]{0,256}+'?|(?!-)[^\s"',\])]++)""",
+    r"""(?P<value>"[^"\n]{0,256}+"?|'[^'\n]{0,256}+'?|(?!-)[^\s"',\[\])]++)""",
     re.A,
 )
 

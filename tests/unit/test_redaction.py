@@ -144,11 +144,17 @@ def test_redact_leaves_ordinary_text_alone(text: str) -> None:
     assert redact(text) == text
 
 
-def test_redact_is_idempotent() -> None:
-    """Redacting twice changes nothing more."""
-    text = (
-        "Authorization: Bearer abc.def.ghi; postgresql://u:pw@h/db password=hunter2 sk-a1b2c3d4e5"
-    )
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: Bearer abc.def.ghi; postgresql://u:pw@h/db password=hunter2 sk-a1b2c3d4e5",
+        'cfg["password"] = "hunter2"; user[password]=hunter2&x=1; key => abc123xyz',
+        "<Password>hunter2</Password> --password hunter2 '--token', 'abc123xyz'",
+    ],
+)
+def test_redact_is_idempotent(text: str) -> None:
+    """Redacting twice changes nothing more (an envelope's body is redacted as a value,
+    then again as the text it is part of)."""
     once = redact(text)
     assert redact(once) == once
 
