@@ -61,6 +61,7 @@ ADVERSARIAL = {
     "flag-names": ("--" + "a" * 63 + "\t") * (_MB // 66),  # a name to its bound, no value
     "element-names": ("<" + "a" * 64 + " " + "b" * 255) * (_MB // 321),  # never closed
     "secret-elements": "<password>x" * (_MB // 11),  # its value runs to the next '<'
+    "user-flags": ("-u " + "a" * 125) * (_MB // 128),  # users to their bound, no colon
 }
 """About a megabyte each, shaped against each pattern of `core.redaction`."""
 

@@ -204,8 +204,9 @@ def _misquoted(text: str, probe: int, end: int, parts: list[str]) -> int:
 
 # ------------------------------------------------- text: elements and flags
 # A SOAP fault or an S3 error echoes the XML it was sent (``<Password>x</Password>``);
-# a failed command shows its arguments (``Command '['mysql', '--password', 'x']'``).
-# The element's or flag's name must end in a secret's name, as a pair's must.
+# a failed command shows its arguments (``Command '['mysql', '--password', 'x']'``,
+# ``curl -u user:x``). The element's or flag's name must end in a secret's name, as a
+# pair's must.
 
 _NAMED = re.compile(rf"(?:{_LINE_NAMES}|{_PHRASE_NAMES}|{_WORD_NAMES})\Z", re.I | re.A)
 """A secret's name ending an element's or a flag's name (checked apart: a name scanned
@@ -216,6 +217,12 @@ _ELEMENT = re.compile(
 _FLAG = re.compile(  # the value: quoted (a list's repr, a shell's quotes), or one word
     r"""--(?P<name>[A-Za-z][\w-]{0,63}+)["']?,?[ \t]++"""
     r"""(?P<value>"[^"\n]{0,256}+"?|'[^'\n]{0,256}+'?|(?!-)[^\s"',\[\])]++)""",
+    re.A,
+)
+
+_USER_FLAG = re.compile(  # curl's and wget's ``-u user:password``, its password only
+    r"""(?<![\w-])(?:-u|--user)(?:[ \t]++|=|'?,[ \t]*+')["']?[^\s:"',]{1,128}+:"""
+    r"""(?P<value>[^\s"',]++)""",
     re.A,
 )
 
@@ -420,6 +427,8 @@ def _scrub(text: str, *, truncated: bool = False) -> str:
         text = _ELEMENT.sub(_element, text)
     if "--" in text:
         text = _FLAG.sub(_flag, text)
+    if "-u" in text or "--user" in text:
+        text = _USER_FLAG.sub(_pair, text)
     text = _tokens(text)
     for pattern in tuple(_EXTRA):
         text = pattern.sub(REDACTED, text)

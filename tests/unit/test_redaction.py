@@ -55,6 +55,9 @@ from langgraph_resilience.core.redaction import (
         ),
         pytest.param("run --api-key abc123xyz --verbose", "abc123xyz", id="api-key-flag"),
         pytest.param('sh -c x --db-password "hunter 2"', "hunter", id="password-flag-quoted"),
+        pytest.param("curl -u ann:hunter2 https://api", "hunter2", id="curl-user"),
+        pytest.param("['curl', '-u', 'ann:hunter2', 'x']", "hunter2", id="curl-user-argv"),
+        pytest.param("wget --user=ann:hunter2 x", "hunter2", id="wget-user"),
         pytest.param('{"password": "hunter2", "user": "app"}', "hunter2", id="password-json"),
         pytest.param("{'passwd': 'hunter2'}", "hunter2", id="passwd-repr"),
         pytest.param("host=h user=u pwd=hunter2 dbname=x", "hunter2", id="pwd"),
@@ -150,6 +153,7 @@ def test_redact_leaves_ordinary_text_alone(text: str) -> None:
         "Authorization: Bearer abc.def.ghi; postgresql://u:pw@h/db password=hunter2 sk-a1b2c3d4e5",
         'cfg["password"] = "hunter2"; user[password]=hunter2&x=1; key => abc123xyz',
         "<Password>hunter2</Password> --password hunter2 '--token', 'abc123xyz'",
+        "curl -u ann:hunter2 https://api",
     ],
 )
 def test_redact_is_idempotent(text: str) -> None:
@@ -388,6 +392,7 @@ def test_redact_whole_values(text: str, expected: str) -> None:
         "monkey => banana, items[0] = 5, key_count=3",
         "<tokens_used>5</tokens_used><AccessKeyId>AKID</AccessKeyId>",
         "--no-password --verbose --password-file /etc/pw --token-count 5",
+        "mysql -u root -p --user-agent x:y",
         "no API key provided in the request",
     ],
 )
