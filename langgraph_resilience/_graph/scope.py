@@ -87,7 +87,13 @@ def step_ledger(
 class in_step:  # noqa: N801 - a context manager, used like a function
     """Run calls as part of `step`, as the node's own step does (what `call_step` does
     for a step of one call), the ledger's writes carrying `fence`; put the previous
-    step back after (set, not reset: a BaseException may unwind in another context)."""
+    step back after (set, not reset: a BaseException may unwind in another context).
+
+    A step its run left by a BaseException (a kill, a cancel) stays suspended inside
+    this block, in its flow, until the collector closes that flow, in whatever context
+    is current then: another run's, maybe. So the exit puts the previous step back only
+    where this step is still the current one; it never unsets another run's step (whose
+    side effects would then run without their ledger)."""
 
     def __init__(
         self,
@@ -105,6 +111,8 @@ class in_step:  # noqa: N801 - a context manager, used like a function
         return self.step
 
     def __exit__(self, *exc: Any) -> None:
+        if STEP.get() is not self.step:
+            return  # closed late, in another run's context: not ours to undo
         STEP.set(self.previous)
         self.held.__exit__(*exc)
 
