@@ -89,11 +89,11 @@ class in_step:  # noqa: N801 - a context manager, used like a function
     for a step of one call), the ledger's writes carrying `fence`; put the previous
     step back after (set, not reset: a BaseException may unwind in another context).
 
-    A step its run left by a BaseException (a kill, a cancel) stays suspended inside
-    this block, in its flow, until the collector closes that flow, in whatever context
-    is current then: another run's, maybe. So the exit puts the previous step back only
-    where this step is still the current one; it never unsets another run's step (whose
-    side effects would then run without their ledger)."""
+    The drivers close a flow that a BaseException (a kill, a cancel) ends, so this
+    block unwinds in its own run's context. Should a flow still be closed late, by the
+    collector, in another run's context, the exit puts the previous step back only where
+    this step is still the current one: it never unsets another run's step (whose side
+    effects would then run without their ledger)."""
 
     def __init__(
         self,

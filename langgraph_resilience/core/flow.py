@@ -12,6 +12,12 @@ script) is written once, as a generator of two kinds of action:
 ``DoSleep`` and httpx's ``auth_flow`` are the model). A flow never does I/O and
 never reads the time itself, so it is tested by sending it replies.
 
+A BaseException (a cancel, a kill) goes through the driver, not into the flow;
+the driver then closes the flow, so its ``with`` blocks unwind at once, in the
+run's own context. Left suspended, the flow would unwind whenever the collector
+closed it, in whatever context is current then (another run's, maybe), and a
+block that sets a context variable (a step's scope, a span) would undo it there.
+
 >>> def greet(name):
 ...     text = yield Call(str.upper, args=(name,))
 ...     yield Sleep(0.5)
@@ -68,23 +74,26 @@ def drive(flow: Flow[T], clock: _Sleeps) -> T:
     run cannot wait for it (give the callable a sync twin, or use `adrive`)."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            action = flow.send(reply) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        if isinstance(action, Sleep):
-            clock.sleep(action.seconds)
-            continue
-        try:
-            reply = action.sync(*action.args, **action.kwargs)
-            if inspect.isawaitable(reply):
-                if inspect.iscoroutine(reply):
-                    reply.close()
-                raise TypeError(f"{action.sync!r} is async: run it with ainvoke/astream")
-        except Exception as exc:  # the flow decides; BaseException propagates
-            error = exc
+    try:
+        while True:
+            try:
+                action = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            if isinstance(action, Sleep):
+                clock.sleep(action.seconds)
+                continue
+            try:
+                reply = action.sync(*action.args, **action.kwargs)
+                if inspect.isawaitable(reply):
+                    if inspect.iscoroutine(reply):
+                        reply.close()
+                    raise TypeError(f"{action.sync!r} is async: run it with ainvoke/astream")
+            except Exception as exc:  # the flow decides; BaseException propagates
+                error = exc
+    finally:
+        flow.close()  # a flow left by a BaseException unwinds now, in this context
 
 
 async def adrive(flow: Flow[T], clock: _ASleeps) -> T:
@@ -92,19 +101,22 @@ async def adrive(flow: Flow[T], clock: _ASleeps) -> T:
     sync callable (awaiting what it returns when that is awaitable)."""
     reply: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            action = flow.send(reply) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        reply, error = None, None
-        if isinstance(action, Sleep):
-            await clock.asleep(action.seconds)
-            continue
-        try:
-            call = action.async_ or action.sync
-            reply = call(*action.args, **action.kwargs)
-            if inspect.isawaitable(reply):
-                reply = await reply
-        except Exception as exc:  # the flow decides; BaseException propagates
-            error = exc
+    try:
+        while True:
+            try:
+                action = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            reply, error = None, None
+            if isinstance(action, Sleep):
+                await clock.asleep(action.seconds)
+                continue
+            try:
+                call = action.async_ or action.sync
+                reply = call(*action.args, **action.kwargs)
+                if inspect.isawaitable(reply):
+                    reply = await reply
+            except Exception as exc:  # the flow decides; BaseException propagates
+                error = exc
+    finally:
+        flow.close()  # see `drive`
