@@ -62,6 +62,7 @@ ADVERSARIAL = {
     "element-names": ("<" + "a" * 64 + " " + "b" * 255) * (_MB // 321),  # never closed
     "secret-elements": "<password>x" * (_MB // 11),  # its value runs to the next '<'
     "user-flags": ("-u " + "a" * 125) * (_MB // 128),  # users to their bound, no colon
+    "encoded-pairs": "token%3D" + "%2F" * (_MB // 3),  # a value of escapes, to the end
 }
 """About a megabyte each, shaped against each pattern of `core.redaction`."""
 

@@ -154,6 +154,7 @@ def test_redact_leaves_ordinary_text_alone(text: str) -> None:
         'cfg["password"] = "hunter2"; user[password]=hunter2&x=1; key => abc123xyz',
         "<Password>hunter2</Password> --password hunter2 '--token', 'abc123xyz'",
         "curl -u ann:hunter2 https://api",
+        "?q=password%3Dhunter2%26token%22%3A%22abc",
     ],
 )
 def test_redact_is_idempotent(text: str) -> None:
@@ -370,6 +371,26 @@ def test_redact_value_bounds_depth() -> None:
             f"api-key: {REDACTED} x-api-key: {REDACTED}",
             id="api-key-headers",
         ),
+        pytest.param(
+            "GET /login?next=%2Fhome&q=password%3Dhunter2+now%26x%3D1 failed",
+            f"GET /login?next=%2Fhome&q=password%3D{REDACTED}%26x%3D1 failed",
+            id="encoded-pair",
+        ),
+        pytest.param(
+            "GET /x?filter=%7B%22api_key%22%3A%20%22sk1a2b3c%22%2C%22n%22%3A1%7D",
+            f"GET /x?filter=%7B%22api_key%22%3A%20%22{REDACTED}%22%2C%22n%22%3A1%7D",
+            id="encoded-json",
+        ),
+        pytest.param(
+            "body: client_secret%3dS3cr%2Ft%26grant_type%3Dclient_credentials",
+            f"body: client_secret%3d{REDACTED}%26grant_type%3Dclient_credentials",
+            id="encoded-form",
+        ),
+        pytest.param(
+            "h=Authorization%3A%20Bearer%20abc.def%0D%0AAccept%3A%20*",
+            f"h=Authorization%3A%20{REDACTED}%0D%0AAccept%3A%20*",
+            id="encoded-header",
+        ),
     ],
 )
 def test_redact_whole_values(text: str, expected: str) -> None:
@@ -394,6 +415,7 @@ def test_redact_whole_values(text: str, expected: str) -> None:
         "--no-password --verbose --password-file /etc/pw --token-count 5",
         "mysql -u root -p --user-agent x:y",
         "no API key provided in the request",
+        "max_tokens%3D5&bypass%3Dyes&compass%3Dnorth&tokens%3D7&p=100%3D",
     ],
 )
 def test_redact_leaves_lookalikes_alone(text: str) -> None:
