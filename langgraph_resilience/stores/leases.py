@@ -46,6 +46,7 @@ from langgraph_resilience.errors import (
     ThreadBusyError,
     ThreadLockLostError,
 )
+from langgraph_resilience.events import logger
 from langgraph_resilience.stores import lease_sql
 from langgraph_resilience.stores.postgres import first_line
 
@@ -247,28 +248,49 @@ class Lease:
         ).start()
 
     def _renewing(self, stop: threading.Event) -> None:
-        delay = renew_interval(self.ttl)
+        delay, answered = renew_interval(self.ttl), time.monotonic()
         while not stop.wait(delay):  # woken at once by release
             try:
                 if not self.renew():
                     return
-                delay = renew_interval(self.ttl)
-            except Exception:  # the database did not answer: try again soon
+                delay, answered = renew_interval(self.ttl), time.monotonic()
+            except Exception as exc:  # the database did not answer: try again soon
+                if self._lapsed(answered, exc):
+                    return
                 delay = renew_retry(self.ttl)
+
+    def _lapsed(self, answered: float, exc: Exception) -> bool:
+        """Whether renewals have failed for a whole TTL since one last answered: the lease
+        has lapsed in the database, where a renewal can no longer succeed, so the renewer
+        stops and the lease is lost (said once) rather than asked about forever, as it was
+        through a pool or connection closed under it."""
+        if time.monotonic() - answered < self.ttl:
+            return False
+        self._lost()
+        logger.warning(
+            "lease of thread %r lost: no renewal answered for %gs (%s); the run holding it "
+            "stops at its next fence check",
+            self.thread_id,
+            self.ttl,
+            first_line(exc),
+        )
+        return True
 
     def astart_renewal(self) -> None:
         """Renew in a task on the running loop until `arelease`."""
         self._task = asyncio.get_running_loop().create_task(self._arenewing())
 
     async def _arenewing(self) -> None:
-        delay = renew_interval(self.ttl)
+        delay, answered = renew_interval(self.ttl), time.monotonic()
         while True:
             await _REAL.asleep(delay)
             try:
                 if not await self.arenew():
                     return
-                delay = renew_interval(self.ttl)
-            except Exception:
+                delay, answered = renew_interval(self.ttl), time.monotonic()
+            except Exception as exc:
+                if self._lapsed(answered, exc):
+                    return
                 delay = renew_retry(self.ttl)
 
     def _released(self) -> Flow[None]:

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_resilience import (
     ConfigurationError,
@@ -387,3 +388,38 @@ def test_a_stale_holders_claim_is_refused_on_a_saver_connection(pg_dsn: str) -> 
             with pytest.raises(ThreadLockLostError):
                 ledger.claim("k2", tool="pay", args_json="{}", thread_id="t")
         assert ledger.get("k2") is None
+
+
+def test_a_lock_whose_pool_closes_under_it_stops_renewing(
+    pg_route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pool closed while a lock on it is held (its ``with`` block left first): the
+    renewer gives up once the lease has lapsed, saying so once, and the lease is lost.
+    Before, it asked the closed pool ten times a second for the life of the process."""
+    before = set(threading.enumerate())
+    pool = ConnectionPool(pg_route, kwargs={"autocommit": True}, min_size=1, open=False)
+    with pool, thread_lock(pool, "tc", ttl=1.0) as lease:
+        assert isinstance(lease, Lease)
+        (renewer,) = [t for t in set(threading.enumerate()) - before if t.name == "lgr-lease"]
+        pool.close()
+        renewer.join(30)  # a bound for a hang, not a clock
+        assert not renewer.is_alive()
+        assert lease.lost
+        with pytest.raises(ThreadLockLostError):
+            lease.check()
+    assert caplog.text.count("no renewal answered") == 1
+    take(other_worker(pg_route), "tc").release()  # the thread is free again
+
+
+async def test_an_async_lock_whose_pool_closes_under_it_stops_renewing(
+    pg_route: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The async renewer task does the same."""
+    pool = AsyncConnectionPool(pg_route, kwargs={"autocommit": True}, min_size=1, open=False)
+    async with pool, athread_lock(pool, "tc", ttl=1.0) as lease:
+        assert isinstance(lease, Lease)
+        assert lease._task is not None
+        await pool.close()
+        await asyncio.wait_for(lease._task, 30)  # a bound for a hang, not a clock
+        assert lease.lost
+    assert caplog.text.count("no renewal answered") == 1
