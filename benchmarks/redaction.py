@@ -63,6 +63,7 @@ ADVERSARIAL = {
     "secret-elements": "<password>x" * (_MB // 11),  # its value runs to the next '<'
     "user-flags": ("-u " + "a" * 125) * (_MB // 128),  # users to their bound, no colon
     "encoded-pairs": "token%3D" + "%2F" * (_MB // 3),  # a value of escapes, to the end
+    "quoted-headers": "'Cookie: a' " * (_MB // 12),  # each cut rescans its line
 }
 """About a megabyte each, shaped against each pattern of `core.redaction`."""
 

@@ -19,7 +19,8 @@ What is caught, and by which scan:
   the end of the text when the END is missing).
 * ``key=value`` / ``key: value`` / ``"key": "value"`` pairs whose key names a
   secret: a quoted value is redacted whole (escapes and all); an unquoted value of
-  ``Authorization``/``Cookie``/``Set-Cookie`` runs to the end of the line, of a
+  ``Authorization``/``Cookie``/``Set-Cookie`` runs to the end of the line (or to the
+  closing quote of a header quoted whole, as a command's argument is), of a
   password-like key (``password``, ``passwd``, ``pwd``, ``pass``, ``passphrase``,
   ``secret``, ``client_secret``, ``private_key``) to the end of the pair (the next
   ``key=`` or the end of the line), of a token-like key (``token``,
@@ -151,6 +152,9 @@ _PAIR = re.compile(
     re.IGNORECASE | re.ASCII,
 )
 _QUOTE_OPEN = re.compile(r"""\\"|[bBrRuU]?["']""")
+_QUOTED_HEADERS = 8
+"""How many quoted headers one text may have cut at their closing quote: each cut scans
+the rest of its line again, so a bound keeps the scan linear (past it, to the line's end)."""
 
 
 def _pair(match: re.Match[str]) -> str:
@@ -176,13 +180,48 @@ def _pair(match: re.Match[str]) -> str:
 
 def _pairs(text: str) -> str:
     parts: list[str] = []
-    pos = 0
+    pos, cuts = 0, 0
     while (match := _PAIR.search(text, pos)) is not None:
+        closed = _quoted_header_end(text, match) if cuts < _QUOTED_HEADERS else None
+        if closed is not None:  # 'Authorization: Bearer x', up to its closing quote
+            cuts += 1
+            value = text[match.start("value") : closed].rstrip()
+            kept = not value or value in (REDACTED, "***")
+            parts += [text[pos : match.start()], text[match.start() : match.start("value")]]
+            parts.append(value if kept else REDACTED)
+            pos = match.start("value") + len(value)
+            continue
         parts += [text[pos : match.start()], _pair(match)]
         pos = match.end()
         if _QUOTE_OPEN.match(match.group("value")):
             pos = _misquoted(text, match.start("value") + 1, pos, parts)
     return "".join(parts) + text[pos:] if parts else text
+
+
+def _quoted_header_end(text: str, match: re.Match[str]) -> int | None:
+    """Where a header's value ends when the whole header stands in quotes, as a command's
+    argument does (``-H "Authorization: Bearer x"``, ``['-H', 'Cookie: a=b', url]``): at
+    the closing quote, so what follows it stays readable. None: to the end of the line."""
+    if match.group("line") is None or _QUOTE_OPEN.match(match.group("value")):
+        return None
+    if any(q in text[match.end("line") : match.start("value")] for q in "'\""):
+        return None  # a quoted key ('"Authorization": ...'): the pair's own rule
+    start = match.start()
+    while (
+        start > 0
+        and match.start() - start < 64
+        and (text[start - 1].isalnum() or text[start - 1] in "-_")
+    ):
+        start -= 1  # over "Proxy-", "Set-"
+    quote = text[start - 1] if start > 0 else ""
+    if quote not in ("'", '"'):
+        return None
+    at = match.start("value")
+    while (at := text.find(quote, at, match.end())) != -1:
+        if quote == "'" or text[at - 1] != "\\":
+            return at
+        at += 1
+    return None
 
 
 def _misquoted(text: str, probe: int, end: int, parts: list[str]) -> int:

@@ -372,6 +372,23 @@ def test_redact_value_bounds_depth() -> None:
             id="api-key-headers",
         ),
         pytest.param(
+            "Command '['curl', '-H', 'Authorization: Bearer abc123', 'https://x/y']' "
+            "returned non-zero exit status 22.",
+            f"Command '['curl', '-H', 'Authorization: {REDACTED}', 'https://x/y']' "
+            "returned non-zero exit status 22.",
+            id="quoted-header-argument",
+        ),
+        pytest.param(
+            '-H "Proxy-Authorization: Digest username=\\"u\\", nonce=\\"n1\\"" https://x',
+            f'-H "Proxy-Authorization: {REDACTED}" https://x',
+            id="quoted-header-escaped-quotes",
+        ),
+        pytest.param(
+            "['-H', 'Set-Cookie: sid=abc; Path=/', '-v']",
+            f"['-H', 'Set-Cookie: {REDACTED}', '-v']",
+            id="quoted-cookie-argument",
+        ),
+        pytest.param(
             "GET /login?next=%2Fhome&q=password%3Dhunter2+now%26x%3D1 failed",
             f"GET /login?next=%2Fhome&q=password%3D{REDACTED}%26x%3D1 failed",
             id="encoded-pair",
@@ -424,6 +441,15 @@ def test_redact_leaves_lookalikes_alone(text: str) -> None:
 
 
 # ------------------------------------------------------------------- truncation
+
+
+def test_quoted_headers_past_the_bound_run_to_the_end_of_the_line() -> None:
+    """Each quoted header cut at its quote costs a scan of the rest of its line, so only
+    the first few are; the rest are redacted to the line's end, as unquoted ones are."""
+    many = " ".join(f"'Cookie: c{i}'" for i in range(12))
+    out = redact(many)
+    assert not any(f"c{i}" in out for i in range(12))
+    assert out.count("'Cookie: [REDACTED]'") == 8
 
 
 def test_redact_reads_a_bounded_prefix() -> None:
