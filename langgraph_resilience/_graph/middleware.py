@@ -94,6 +94,15 @@ _RECOVERY_ROUNDS = 16
 (each round answers or schedules at least one call; a turn has few)."""
 
 
+_SELECTOR_HINT = (
+    ". Check the spelling; if a middleware before ResilienceMiddleware offers the model only"
+    " some of the agent's tools (a tool selector), put ResilienceMiddleware first in"
+    " middleware=[...], so that it sees them all"
+)
+"""The other cause of an unknown tool under `create_agent`: the middleware meets the
+agent's tools only in the model requests it sees, after the middleware outside it."""
+
+
 class ResilienceAgentState(AgentState[Any]):
     """`create_agent`'s state with the ``resilience`` channel (the tally)."""
 
@@ -329,7 +338,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         self.engine.learn(tools)
         known = frozenset(self.engine.tools_by_name)
         if known != self._checked:
-            check_profiles(self.engine.profiles, set(known))
+            check_profiles(self.engine.profiles, set(known), unknown_hint=_SELECTOR_HINT)
             self._checked = known
 
 

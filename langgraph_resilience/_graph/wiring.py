@@ -137,18 +137,23 @@ def _add_entry(
     builder.add_edge(pending, entry)
 
 
-def check_profiles(profiles: Mapping[str, ToolProfile], known: set[str]) -> None:
+def check_profiles(
+    profiles: Mapping[str, ToolProfile], known: set[str], *, unknown_hint: str = ""
+) -> None:
+    """Profiles name known tools (a misspelled one would leave its tool unguarded), and
+    fallback chains end. `unknown_hint`: what else to check, said with an unknown name."""
     unknown = set(profiles) - known
     if unknown:
         raise ConfigurationError(
             f"profiles name unknown tools {sorted(unknown)}; known tools: {sorted(known)}"
+            + unknown_hint
         )
     for name, profile in profiles.items():
         missing = [f for f in profile.fallbacks if f not in known]
         if missing:
             raise ConfigurationError(
                 f"the fallback of {name!r} names unknown tools {missing}; "
-                f"pass the fallback tools in tools= too (known: {sorted(known)})"
+                f"pass the fallback tools in tools= too (known: {sorted(known)})" + unknown_hint
             )
         if name in profile.fallbacks:
             raise ConfigurationError(f"{name!r} cannot be its own fallback")

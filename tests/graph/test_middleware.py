@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
+    AgentMiddleware,
     HumanInTheLoopMiddleware,
     SummarizationMiddleware,
     ToolCallLimitMiddleware,
@@ -450,6 +451,67 @@ def test_a_reused_provider_id_in_a_later_turn_is_a_new_call(runner: Runner) -> N
     runner.invoke(agent, {"messages": [HumanMessage("refund A1")]}, config)
     runner.invoke(agent, {"messages": [HumanMessage("and refund A1 once more")]}, config)
     assert refunds == ["A1", "A1"]
+
+
+class _ToolSelector(AgentMiddleware):  # type: ignore[type-arg]
+    """Offers the model only the tools the conversation names, as a tool selector (e.g.
+    LangChain's ``LLMToolSelectorMiddleware``) does."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        words = " ".join(str(m.content) for m in request.messages).lower()
+        return handler(request.override(tools=[t for t in request.tools if t.name in words]))
+
+
+def _selected_agent(first: bool, refunds: list[str], *, profiled: bool = True) -> Any:
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    model = ScriptedChatModel(
+        responses=[
+            tool_calls(("lookup", {"order_id": "A1"})),
+            text("shipped"),
+            tool_calls(("refund", {"order_id": "A1"})),
+            text("refunded"),
+        ]
+    )
+    profiles = {"refund": ToolProfile(side_effect=True)} if profiled else {}
+    ours = ResilienceMiddleware(clock=FakeClock(), profiles=profiles)
+    order = [ours, _ToolSelector()] if first else [_ToolSelector(), ours]
+    return create_agent(model, [lookup, refund], middleware=order, checkpointer=InMemorySaver())
+
+
+def test_behind_a_tool_selector_an_unoffered_profile_names_the_fix() -> None:
+    """Behind a selector, the middleware meets only the tools it offers: a profile for
+    another one reads as misspelled. The error says what else it may be and the fix."""
+    agent = _selected_agent(first=False, refunds=[])
+    with pytest.raises(ConfigurationError, match=r"put ResilienceMiddleware first"):
+        agent.invoke({"messages": [HumanMessage("lookup A1")]}, _config())
+
+
+def test_before_a_tool_selector_every_tool_is_known_and_learnt() -> None:
+    """First, the middleware sees every tool: the profile checks, and a tool the model is
+    offered only in a later turn runs through the side-effect path."""
+    refunds: list[str] = []
+    agent, config = _selected_agent(first=True, refunds=refunds), _config()
+    first = agent.invoke({"messages": [HumanMessage("lookup A1")]}, config)
+    second = agent.invoke({"messages": [HumanMessage("now refund A1")]}, config)
+    assert [m.status for m in _answers(first)] == ["success"]
+    assert [m.status for m in _answers(second)] == ["success", "success"]
+    assert refunds == ["A1"]
+
+
+def test_behind_a_tool_selector_a_tool_offered_later_is_learnt() -> None:
+    """Behind a selector, with no profile to check, a tool first offered in a later turn
+    runs when the model calls it, once."""
+    refunds: list[str] = []
+    agent, config = _selected_agent(first=False, refunds=refunds, profiled=False), _config()
+    agent.invoke({"messages": [HumanMessage("lookup A1")]}, config)
+    second = agent.invoke({"messages": [HumanMessage("now refund A1")]}, config)
+    assert [m.status for m in _answers(second)] == ["success", "success"]
+    assert refunds == ["A1"]
 
 
 def test_a_profile_for_an_unknown_tool_fails_loudly_before_any_tool_runs() -> None:
