@@ -157,6 +157,11 @@ _QUOTED_HEADERS = 8
 the rest of its line again, so a bound keeps the scan linear (past it, to the line's end)."""
 
 
+def _blank(value: str) -> bool:
+    """Whether a value has nothing left to redact: empty, or redacted already."""
+    return not value or value in (REDACTED, "***")
+
+
 def _pair(match: re.Match[str]) -> str:
     whole = match.group(0)
     value = match.group("value")
@@ -169,11 +174,11 @@ def _pair(match: re.Match[str]) -> str:
         closed = len(inner) >= len(closing) and inner.endswith(closing)
         if closed:
             inner = inner[: -len(closing)]
-        if not inner or inner in (REDACTED, "***"):
+        if _blank(inner):
             return whole
         return whole[:start] + quote + REDACTED + (closing if closed else "")
     kept = value.rstrip()
-    if not kept or kept in (REDACTED, "***"):
+    if _blank(kept):
         return whole
     return whole[:start] + REDACTED + value[len(kept) :]
 
@@ -186,9 +191,8 @@ def _pairs(text: str) -> str:
         if closed is not None:  # 'Authorization: Bearer x', up to its closing quote
             cuts += 1
             value = text[match.start("value") : closed].rstrip()
-            kept = not value or value in (REDACTED, "***")
             parts += [text[pos : match.start()], text[match.start() : match.start("value")]]
-            parts.append(value if kept else REDACTED)
+            parts.append(value if _blank(value) else REDACTED)
             pos = match.start("value") + len(value)
             continue
         parts += [text[pos : match.start()], _pair(match)]
@@ -279,7 +283,7 @@ _ENCODED = re.compile(
 def _element(match: re.Match[str]) -> str:
     if _NAMED.search(match.group("name")) is None:
         return match.group(0)
-    if match.group("value").strip() in ("", REDACTED, "***"):
+    if _blank(match.group("value").strip()):
         return match.group(0)
     start, end = match.start("value") - match.start(), match.end("value") - match.start()
     whole = match.group(0)
@@ -315,7 +319,7 @@ def _announced_key(match: re.Match[str]) -> str:
     if _QUOTE_OPEN.match(value):
         return _pair(match)
     kept = value.rstrip(".,:;!?")  # the sentence's period is not the key's
-    if not kept or kept in (REDACTED, "***"):
+    if _blank(kept):
         return whole
     start = match.start("value") - at
     return whole[:start] + REDACTED + value[len(kept) :]

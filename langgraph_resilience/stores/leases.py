@@ -248,12 +248,12 @@ class Lease:
         ).start()
 
     def _renewing(self, stop: threading.Event) -> None:
-        delay, answered = renew_interval(self.ttl), time.monotonic()
+        delay, answered = renew_interval(self.ttl), _REAL.monotonic()
         while not stop.wait(delay):  # woken at once by release
             try:
                 if not self.renew():
                     return
-                delay, answered = renew_interval(self.ttl), time.monotonic()
+                delay, answered = renew_interval(self.ttl), _REAL.monotonic()
             except Exception as exc:  # the database did not answer: try again soon
                 if self._lapsed(answered, exc):
                     return
@@ -264,7 +264,7 @@ class Lease:
         has lapsed in the database, where a renewal can no longer succeed, so the renewer
         stops and the lease is lost (said once) rather than asked about forever, as it was
         through a pool or connection closed under it."""
-        if time.monotonic() - answered < self.ttl:
+        if _REAL.monotonic() - answered < self.ttl:
             return False
         self._lost()
         logger.warning(
@@ -281,13 +281,13 @@ class Lease:
         self._task = asyncio.get_running_loop().create_task(self._arenewing())
 
     async def _arenewing(self) -> None:
-        delay, answered = renew_interval(self.ttl), time.monotonic()
+        delay, answered = renew_interval(self.ttl), _REAL.monotonic()
         while True:
             await _REAL.asleep(delay)
             try:
                 if not await self.arenew():
                     return
-                delay, answered = renew_interval(self.ttl), time.monotonic()
+                delay, answered = renew_interval(self.ttl), _REAL.monotonic()
             except Exception as exc:
                 if self._lapsed(answered, exc):
                     return
