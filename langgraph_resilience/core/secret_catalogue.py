@@ -32,7 +32,9 @@ from __future__ import annotations
 import bisect
 import functools
 import importlib
+import logging
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +85,7 @@ def formats() -> tuple[Format, ...]:
 
 
 def _catalogue() -> tuple[Format, ...]:
+    shown = warnings.showwarning
     try:
         from detect_secrets.core.plugins.util import (  # noqa: PLC0415 (lazy: the extra)
             get_mapping_from_secret_type_to_class,
@@ -90,6 +93,8 @@ def _catalogue() -> tuple[Format, ...]:
         from detect_secrets.plugins.base import RegexBasedDetector  # noqa: PLC0415
     except ImportError:
         return ()
+    finally:
+        _keep_warnings(shown)
     found: list[Format] = []
     mapping: dict[str, type[Any]] = get_mapping_from_secret_type_to_class()
     plugins = sorted(mapping.values(), key=lambda c: c.__name__)
@@ -103,6 +108,15 @@ def _catalogue() -> tuple[Format, ...]:
             if isinstance(pattern, re.Pattern) and isinstance(pattern.pattern, str)
         ]
     return tuple(found)
+
+
+def _keep_warnings(shown: Any) -> None:
+    """Undo what importing detect-secrets does to the whole process: its logger calls
+    ``logging.captureWarnings(True)``, which would send every warning of the user's
+    program to the ``py.warnings`` logger from the first redaction on."""
+    if warnings.showwarning is not shown:
+        logging.captureWarnings(False)
+        warnings.showwarning = shown
 
 
 def _format(plugin: str, pattern: re.Pattern[str]) -> Format:

@@ -16,6 +16,7 @@ import json
 import random
 import re
 import string
+import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -274,3 +275,26 @@ def test_without_the_catalogue_its_formats_are_unknown() -> None:
     """What only the catalogue knows passes without it (why it is worth installing)."""
     token = "pypi-AgEIcHlwaS5vcmc" + "A1b2C3d4E5" * 8
     assert redact(f"upload failed with {token}") == f"upload failed with {token}"
+
+
+def test_loading_the_catalogue_leaves_the_programs_warnings_alone() -> None:
+    """detect-secrets' logger turns on ``logging.captureWarnings`` when it is imported:
+    the first redaction of a user's program must not send its warnings to logging."""
+    if not FORMATS:
+        pytest.skip(MISSING)
+    program = (
+        "import logging, warnings\n"
+        "shown = warnings.showwarning\n"
+        "from langgraph_resilience.core import secret_catalogue\n"
+        "assert secret_catalogue._catalogue()\n"
+        "assert warnings.showwarning is shown, warnings.showwarning\n"
+        "logging.captureWarnings(True)\n"
+        "logging.captureWarnings(False)\n"
+        "assert warnings.showwarning is shown\n"
+        "warnings.warn('still on stderr')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "UserWarning: still on stderr" in done.stderr
