@@ -8,11 +8,13 @@ context, so it can hand them to the service it calls.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import uuid
+import warnings
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
@@ -30,7 +32,7 @@ from langgraph_resilience.core.decision import retry_wait
 from langgraph_resilience.core.effects import effect_identity, item_idempotency_key
 from langgraph_resilience.core.policy import ResiliencePolicy
 from langgraph_resilience.core.profile import ToolProfile
-from langgraph_resilience.errors import FailureClass
+from langgraph_resilience.errors import FailureClass, ResilienceWarning
 from langgraph_resilience.stores.effect_ledger import run_checkpointer
 
 __all__ = ["EffectReading", "ascoped", "effect_of", "looked_since_unknown", "messages_of", "scoped"]
@@ -216,12 +218,15 @@ def _item_keys(call: ToolCall, effect: Effect) -> tuple[str, ...] | None:
 
 
 def scoped(execute: Callable[..., Any], call: ToolCall, effect: Effect) -> Callable[..., Any]:
-    """`execute` with the effect's keys in context (`current_idempotency_key`)."""
+    """`execute` with the effect's keys in context (`current_idempotency_key`), its
+    tool run at most once (`_OneRun`)."""
     items, step = _item_keys(call, effect), STEP.get()
 
     def run(request: ToolCallRequest) -> Any:
-        with effect_context(effect.key, items), executing(effect.key):
-            return _note_item_keys(execute(request), call, items, step)
+        once = _OneRun(request)
+        with effect_context(effect.key, items), executing(effect.key), once.told():
+            result = execute(once.request)
+        return _note_item_keys(once.outcome(result), call, items, step)
 
     return run
 
@@ -233,10 +238,84 @@ def ascoped(
     items, step = _item_keys(call, effect), STEP.get()
 
     async def run(request: ToolCallRequest) -> Any:
-        with effect_context(effect.key, items), executing(effect.key):
-            return _note_item_keys(await execute(request), call, items, step)
+        once = _OneRun(request)
+        with effect_context(effect.key, items), executing(effect.key), once.told():
+            result = await execute(once.request)
+        return _note_item_keys(once.outcome(result), call, items, step)
 
     return run
+
+
+class _OneRun:
+    """A side effect's tool for one attempt: it runs once. A middleware inside ours
+    (listed after `ResilienceMiddleware`, such as ``ToolRetryMiddleware``) that runs it
+    again would repeat the effect under one claim; the repeat gets the first outcome
+    instead, and the attempt ends with that outcome, which the exactly-once flow
+    judges by its evidence."""
+
+    def __init__(self, request: ToolCallRequest) -> None:
+        self.tool, self.request = request.tool, request
+        self.ran = self.repeated = False
+        self.failure: BaseException | None = None
+        self.value: Any = None
+        if self.tool is not None:
+            gated = self.tool.model_copy()  # same name, schema and description
+            object.__setattr__(gated, "invoke", self._invoke)
+            object.__setattr__(gated, "ainvoke", self._ainvoke)
+            self.request = request.override(tool=gated)
+
+    def _invoke(self, *args: Any, **kwargs: Any) -> Any:
+        if self.ran:
+            return self._replayed()
+        self.ran = True
+        try:
+            self.value = self.tool.invoke(*args, **kwargs)  # type: ignore[union-attr]
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        return self.value
+
+    async def _ainvoke(self, *args: Any, **kwargs: Any) -> Any:
+        if self.ran:
+            return self._replayed()
+        self.ran = True
+        try:
+            self.value = await self.tool.ainvoke(*args, **kwargs)  # type: ignore[union-attr]
+        except BaseException as exc:
+            self.failure = exc
+            raise
+        return self.value
+
+    def _replayed(self) -> Any:
+        self.repeated = True
+        if self.failure is not None:
+            raise self.failure
+        return self.value
+
+    def outcome(self, result: Any) -> Any:
+        """The attempt's result; after a refused repeat, its first failure."""
+        if self.repeated and self.failure is not None:
+            raise self.failure
+        return result
+
+    @contextlib.contextmanager
+    def told(self) -> Iterator[None]:
+        """Warn, however the attempt ends, that a repeat was refused."""
+        try:
+            yield
+        finally:
+            if self.repeated:
+                name = self.request.tool_call["name"]
+                warnings.warn(
+                    "a middleware listed after ResilienceMiddleware in create_agent("
+                    "middleware=[...]), such as ToolRetryMiddleware, ran the side-effecting "
+                    f"tool {name!r} again within one exactly-once attempt: the repeat was "
+                    "not run and got the first outcome; drop that retry for side effects "
+                    "(ResilienceMiddleware retries them when the evidence says it is safe) "
+                    "or list it before ResilienceMiddleware",
+                    ResilienceWarning,
+                    stacklevel=2,
+                )
 
 
 def _note_item_keys(
