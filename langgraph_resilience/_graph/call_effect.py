@@ -19,6 +19,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
+from pydantic import ValidationError
 
 from langgraph_resilience._graph.answers import tool_error_of
 from langgraph_resilience._graph.exactly_once import Effect, effect_context
@@ -293,8 +294,14 @@ class _OneRun:
         return self.value
 
     def outcome(self, result: Any) -> Any:
-        """The attempt's result; after a refused repeat, its first failure."""
-        if self.repeated and self.failure is not None:
+        """The attempt's result, or the tool's own failure when a middleware inside ours
+        answered in its place: a refused repeat, or an error `ToolMessage` made of the
+        exception (``ToolErrorMiddleware``), which would hide from the exactly-once flow
+        whether the effect may have run. Rejected arguments (a ``ValidationError``,
+        which ToolNode answers itself) stay answered."""
+        failed = self.failure is not None and not isinstance(self.failure, ValidationError)
+        error = isinstance(result, ToolMessage) and result.status == "error"
+        if self.failure is not None and (self.repeated or (failed and error)):
             raise self.failure
         return result
 

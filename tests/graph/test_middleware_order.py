@@ -11,7 +11,11 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import ModelRetryMiddleware, ToolRetryMiddleware
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ModelRetryMiddleware,
+    ToolRetryMiddleware,
+)
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -185,3 +189,65 @@ def test_reads_inside_ours_are_left_to_the_inner_retry() -> None:
     assert calls == ["A1", "A1"]
     assert _said(caught) == []
     assert [m.content for m in result["messages"] if isinstance(m, ToolMessage)] == ["12 EUR"]
+
+
+class _ErrorsAsAnswers(AgentMiddleware):  # type: ignore[type-arg]
+    """What ``ToolErrorMiddleware`` does, on the public middleware API: a tool's
+    exception goes back to the model as an error `ToolMessage`."""
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        try:
+            return handler(request)
+        except Exception as exc:
+            return _as_answer(request, exc)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            return _as_answer(request, exc)
+
+
+def _as_answer(request: Any, exc: Exception) -> ToolMessage:
+    call = request.tool_call
+    return ToolMessage(f"error: {exc}", tool_call_id=call["id"], name=call["name"], status="error")
+
+
+def _converting_agent(charge: Any, responses: list[Any]) -> Any:
+    resilience = ResilienceMiddleware(
+        clock=FakeClock(), profiles={"charge": ToolProfile(side_effect=True)}
+    )
+    model = ScriptedChatModel(responses=responses)
+    middleware = [resilience, _ErrorsAsAnswers()]
+    return create_agent(model, [charge], middleware=middleware, checkpointer=InMemorySaver())
+
+
+def test_a_lost_answer_made_an_error_message_inside_ours_is_never_repeated(
+    runner: Runner,
+) -> None:
+    """An error answer made of the timeout inside ours would read as the charge's
+    definite answer, and the model's re-issue would charge again. The attempt ends
+    with the tool's own exception instead: unknown, and the re-issue is not run."""
+    effects: list[str] = []
+    charge = _charging(effects, TimeoutError("payments.example: read timed out"))
+    again = tool_calls(("charge", {"order_id": "A1"}))
+    agent = _converting_agent(charge, [again, again, text("ok")])
+    result = runner.invoke(agent, {"messages": [("user", "charge A1")]}, _config())
+    assert effects == ["A1"]
+    answers = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    kinds = [ToolError.model_validate_json(str(m.content)).failure_class for m in answers]
+    assert kinds == [FailureClass.UNKNOWN, FailureClass.UNKNOWN]
+
+
+def test_a_refusal_made_an_error_message_inside_ours_is_retried_by_ours(
+    runner: Runner,
+) -> None:
+    """A refusal turned into an error answer inside ours would end the call; the
+    refusal itself says the charge never ran, so ours retries it and it runs once."""
+    effects: list[str] = []
+    charge = _charging(effects, ConnectionRefusedError("payments.example: refused"))
+    agent = _converting_agent(charge, [tool_calls(("charge", {"order_id": "A1"})), text("ok")])
+    result = runner.invoke(agent, {"messages": [("user", "charge A1")]}, _config())
+    assert effects == ["A1", "A1"]  # the refused attempt, then the charge
+    [answer] = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert (answer.status, answer.content) == ("success", "charged A1")
