@@ -13,7 +13,9 @@ process otherwise (in-memory and SQLite ledgers; across processes on SQLite, hol
 `thread_lock` yourself).
 
 A run is told from another by its runtime's stream writer (``Runtime.stream_writer``):
-LangGraph makes one per run and hands it to every task of that run. The lease is given
+LangGraph makes one per run and hands it to every task of that run (a timed node
+attempt gets a guarding writer of its own: `current_run` finds the run's through
+``runtime.control``). The lease is given
 back when the run routes from the agent to its end, or raises out of one of our steps
 (a cancel, an interrupt, an error); when it ends another way (a pause for a human, an
 exception in the user's node) when its writer is collected; at the latest it lapses
@@ -60,8 +62,15 @@ _REAL = SystemClock()
 
 
 def current_run() -> Any:
-    """The run the running task belongs to: its runtime's stream writer (one per run),
-    or None outside a run or on LangGraph Server (which runs one run per thread)."""
+    """The run the running task belongs to: the first stream writer a step of ours saw
+    in it, or None outside a run or on LangGraph Server (which runs one run per thread).
+
+    LangGraph makes one writer per run and hands it to every task, except that a timed
+    node attempt (`TimeoutPolicy`) gets a guarding writer of its own: so the writer is
+    found through the run's ``runtime.control`` (one per run). A fresh run's first
+    step of ours is its entry, untimed, whose writer is the run's own; a resumed run's
+    is a timed attempt's, which may be collected before the run ends: its lease then
+    goes back early and the run's next step takes the thread again."""
     try:
         runtime, config = get_runtime(), get_config()
     except RuntimeError:  # outside a graph run
@@ -69,7 +78,18 @@ def current_run() -> Any:
     on_server = (config.get("configurable") or {}).get("assistant_id") is not None
     if runtime is None or on_server or getattr(runtime, "server_info", None) is not None:
         return None
-    return getattr(runtime, "stream_writer", None)
+    writer = getattr(runtime, "stream_writer", None)
+    control = getattr(runtime, "control", None)
+    if writer is None or control is None:
+        return writer
+    with _WRITERS_GUARD:
+        return _WRITERS.setdefault(control, writer)
+
+
+_WRITERS: weakref.WeakValueDictionary[Any, Any] = weakref.WeakValueDictionary()
+"""Each running run's ``runtime.control`` -> the first writer seen in it (kept while
+that writer lives: a run's own lives as long as the run)."""
+_WRITERS_GUARD = threading.Lock()
 
 
 @dataclasses.dataclass(eq=False)
