@@ -3,7 +3,8 @@
 The idempotency key is bound to the call's slot in the thread (its assistant message
 and position, `_graph.tool_batch`), never to the provider's tool-call id, which
 providers reuse; the tool runs with the key (and a batch call's per-item keys) in
-context, so it can hand them to the service it calls.
+context, so it can hand them to the service it calls, and at most once per attempt,
+whatever a middleware inside ours does (`_OneRun`).
 """
 
 from __future__ import annotations
@@ -299,9 +300,10 @@ class _OneRun:
         exception (``ToolErrorMiddleware``), which would hide from the exactly-once flow
         whether the effect may have run. Rejected arguments (a ``ValidationError``,
         which ToolNode answers itself) stay answered."""
-        failed = self.failure is not None and not isinstance(self.failure, ValidationError)
-        error = isinstance(result, ToolMessage) and result.status == "error"
-        if self.failure is not None and (self.repeated or (failed and error)):
+        if self.failure is None:
+            return result
+        hidden = isinstance(result, ToolMessage) and result.status == "error"
+        if self.repeated or (hidden and not isinstance(self.failure, ValidationError)):
             raise self.failure
         return result
 
