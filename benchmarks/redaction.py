@@ -63,6 +63,8 @@ ADVERSARIAL = {
     "secret-elements": "<password>x" * (_MB // 11),  # its value runs to the next '<'
     "user-flags": ("-u " + "a" * 125) * (_MB // 128),  # users to their bound, no colon
     "encoded-pairs": "token%3D" + "%2F" * (_MB // 3),  # a value of escapes, to the end
+    "encoded-twice": "token%253D" + "%2525" * (_MB // 5),  # each escape a '%25' run
+    "encoded-runs": ("password%" + "25" * 500 + " ") * (_MB // 1010),  # no '3D' after
     "quoted-headers": "'Cookie: a' " * (_MB // 12),  # each cut rescans its line
 }
 """About a megabyte each, shaped against each pattern of `core.redaction`."""

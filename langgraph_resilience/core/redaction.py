@@ -271,11 +271,13 @@ _USER_FLAG = re.compile(  # curl's and wget's ``-u user:password``, its password
 
 # A pair percent-encoded once more, as a URL or a form body nests it: a query's
 # ``?q=password%3Dx``, a JSON filter's ``%22token%22%3A%22x%22``, an OAuth body logged
-# encoded (``client_secret%3Dx%26grant_type...``). The value ends where an encoded
-# quote, ``&``, ``,``, ``;`` or line break does.
+# encoded (``client_secret%3Dx%26grant_type...``), or encoded again inside another URL's
+# parameter (``%253D``: each ``%25`` is one more round of encoding). The value ends
+# where an encoded quote, ``&``, ``,``, ``;`` or line break does.
 _ENCODED = re.compile(
-    rf"(?:{_LINE_NAMES}|{_PHRASE_NAMES}|{_WORD_NAMES})(?:%2[27])?%3[AD](?:%2[027]|\+)*+"
-    r"""(?P<value>(?:[^\s%&"'<>,;]|%(?!2[267C]|3B|0[AD])[0-9A-F]{2})++)""",
+    rf"(?:{_LINE_NAMES}|{_PHRASE_NAMES}|{_WORD_NAMES})(?:%(?:25)*+2[27])?%(?:25)*+3[AD]"
+    r"(?:%(?:25)*+2[027]|\+)*+"
+    r"""(?P<value>(?:[^\s%&"'<>,;]|%(?!(?:25)*+(?:2[267C]|3B|0[AD]))[0-9A-F]{2})++)""",
     re.I | re.A,
 )
 
@@ -482,7 +484,7 @@ def _scrub(text: str, *, truncated: bool = False) -> str:
         text = _FLAG.sub(_flag, text)
     if "-u" in text or "--user" in text:
         text = _USER_FLAG.sub(_pair, text)
-    if "%3" in text:
+    if "%3" in text or "%25" in text:
         text = _ENCODED.sub(_pair, text)
     text = _tokens(text)
     for pattern in tuple(_EXTRA):

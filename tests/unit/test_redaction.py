@@ -408,6 +408,16 @@ def test_redact_value_bounds_depth() -> None:
             f"h=Authorization%3A%20{REDACTED}%0D%0AAccept%3A%20*",
             id="encoded-header",
         ),
+        pytest.param(
+            "302 to /sso?next=%2Flogin%3Fpassword%253Dhunter2%2526x%253D1 failed",
+            f"302 to /sso?next=%2Flogin%3Fpassword%253D{REDACTED}%2526x%253D1 failed",
+            id="encoded-twice",
+        ),
+        pytest.param(
+            "next=%252522token%252522%25253A%252522abc%252522",
+            f"next=%252522token%252522%25253A%252522{REDACTED}%252522",
+            id="encoded-three-times",
+        ),
     ],
 )
 def test_redact_whole_values(text: str, expected: str) -> None:
@@ -433,6 +443,7 @@ def test_redact_whole_values(text: str, expected: str) -> None:
         "mysql -u root -p --user-agent x:y",
         "no API key provided in the request",
         "max_tokens%3D5&bypass%3Dyes&compass%3Dnorth&tokens%3D7&p=100%3D",
+        "max_tokens%253D5%2526bypass%253Dyes%2526p%253D100%2525",
     ],
 )
 def test_redact_leaves_lookalikes_alone(text: str) -> None:
