@@ -15,13 +15,13 @@ process otherwise (in-memory and SQLite ledgers; across processes on SQLite, hol
 A run is told from another by its runtime's stream writer (``Runtime.stream_writer``):
 LangGraph makes one per run and hands it to every task of that run (a timed node
 attempt gets a guarding writer of its own: `current_run` finds the run's through
-``runtime.control``). The lease is given
-back when the run routes from the agent to its end, or raises out of one of our steps
-(a cancel, an interrupt, an error); when it ends another way (a pause for a human, an
-exception in the user's node) when its writer is collected; at the latest it lapses
-`DEFAULT_LEASE_TTL` after the run's last step of ours renewed it. A lease that lapsed
-during a long model call is taken again at the next step, unless another run took the
-thread meanwhile: then this run stops (`ThreadLockLostError`).
+``runtime.control``). The lease is given back when the run routes from the agent to
+its end, or raises out of one of our steps (a cancel, an interrupt, an error); when it
+ends another way (a pause for a human, an exception in the user's node) when its
+writer is collected; at the latest it lapses `DEFAULT_LEASE_TTL` after the run's last
+step of ours renewed it. A lease that lapsed during a long model call is taken again at
+the next step, unless another run took the thread meanwhile: then this run stops
+(`ThreadLockLostError`).
 
 Not taken under LangGraph Server (it runs one run per thread itself:
 ``runtime.server_info``), nor when the caller holds the thread's lock already
