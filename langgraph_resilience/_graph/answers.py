@@ -3,24 +3,20 @@
 The model reads every failure as a `ToolMessage(status="error")` whose content is
 the `ToolError` envelope (`error_message`); a call that recovered carries its trail
 in ``response_metadata["resilience"]``. A failure is classified once, where it is
-caught (`classified`: the verdict is kept on the exception, as the one memo an
-exception, which cannot be weakly referenced, allows), and travels to the step as
-`Raised`.
+caught (`tool_call._Verdict`), and travels to the step as `Raised`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.messages import ToolCall, ToolMessage
 from langgraph.types import Command
 
 from langgraph_resilience._graph.state import CallRecord
-from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.loops import LoopKind
 from langgraph_resilience.core.profile import ToolProfile
 from langgraph_resilience.core.redaction import mask_args, redact
@@ -32,7 +28,6 @@ __all__ = [
     "Raised",
     "budget_error",
     "call_id_error",
-    "classified",
     "error_message",
     "invalid_call_error",
     "last_error",
@@ -42,29 +37,6 @@ __all__ = [
     "with_done_items",
     "with_trail",
 ]
-
-_VERDICT = "_langgraph_resilience_error"
-"""The attribute under which an exception carries its classification."""
-
-
-def classified(
-    exc: BaseException,
-    *,
-    tool: str | None,
-    profile: ToolProfile | None,
-    rules: Sequence[Rule],
-    call_id: str | None = None,
-    now: float | None = None,
-) -> ToolError:
-    """`classify`, once per exception: the first verdict is kept on the exception and
-    every later caller (breaker, exactly-once, the step) reads that one."""
-    known = getattr(exc, _VERDICT, None)
-    if isinstance(known, ToolError):
-        return known
-    error = classify(exc, tool=tool, profile=profile, call_id=call_id, rules=rules, now=now)
-    with contextlib.suppress(AttributeError, TypeError):  # a type refusing attributes
-        setattr(exc, _VERDICT, error)
-    return error
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

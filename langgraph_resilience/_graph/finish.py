@@ -20,7 +20,6 @@ from langgraph.prebuilt.tool_node import ToolInvocationError
 from langgraph_resilience._graph.answers import (
     BreakerReport,
     Raised,
-    classified,
     error_message,
     split_output,
     with_done_items,
@@ -41,6 +40,7 @@ from langgraph_resilience._graph.state import (
 from langgraph_resilience._graph.status_checks import check_with
 from langgraph_resilience._graph.tool_batch import Batch, Preflight, ToolSettings, tool_attempts
 from langgraph_resilience.core.canonical import call_key
+from langgraph_resilience.core.classification import classify
 from langgraph_resilience.core.decision import Decision, Paths, decide, decide_repair, unrecovered
 from langgraph_resilience.core.partial import PartialResult, as_partial_result, failed_items
 from langgraph_resilience.core.redaction import redact
@@ -332,7 +332,7 @@ def _finish_partial(
         redo = failed_items(items, partial, call_key="")
     except ValueError as exc:  # the tool's partial result does not match its batch
         profile = cfg.profiles.get(call["name"])
-        envelope = classified(exc, tool=call["name"], profile=profile, rules=cfg.rules)
+        envelope = classify(exc, tool=call["name"], profile=profile, rules=cfg.rules)
         _finish_failure(cfg, step, slot, call, record, raised=Raised(exc, envelope), now=now)
         return
     done = [*record.get("done_items", []), *partial.succeeded]

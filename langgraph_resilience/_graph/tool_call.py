@@ -4,7 +4,9 @@
 admission, bulkhead and timeout (`_graph.tool_guards`), lossless coercion of rejected
 arguments, the exactly-once flow of a side effect (`_graph.exactly_once`), the output
 contract, and one classification of a failure, which then travels to the step as
-`answers.Raised`, in the step's `scope.CallOutcome`. The interception is one
+`answers.Raised`, in the step's `scope.CallOutcome` (`_Verdict`: one classification
+per exception, read by the breaker report, the exactly-once flow and the step). The
+interception is one
 `core.flow` flow, driven sync by ``wrap_tool_call`` and async by ``awrap_tool_call``.
 Which calls run is `_graph.tool_batch`'s choice; what becomes of them,
 `_graph.finish`'s.
@@ -27,7 +29,6 @@ from langgraph.types import Command
 from langgraph_resilience._graph.answers import (
     BreakerReport,
     Raised,
-    classified,
     error_message,
     tool_error_of,
 )
@@ -55,7 +56,7 @@ from langgraph_resilience._graph.mcp import (
 )
 from langgraph_resilience._graph.scope import STEP, StepScope, keep
 from langgraph_resilience._graph.tool_guards import Admitted, ToolGuards
-from langgraph_resilience.core.classification import Rule
+from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.clock import Clock
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.partial import as_partial_result
@@ -134,12 +135,11 @@ class CallInterceptor:
         emit(Event("coercion", tool=call["name"], call_id=call["id"], changes=fixed.changes))
         return fixed
 
-    def _classify(self, call: ToolCall, exc: BaseException) -> Any:
-        profile = self.profiles.get(call["name"])
-        return classified(
+    def _classify(self, call: ToolCall, exc: BaseException) -> ToolError:
+        return classify(
             exc,
             tool=call["name"],
-            profile=profile,
+            profile=self.profiles.get(call["name"]),
             rules=self.rules,
             call_id=call["id"],
             now=self.clock.time(),
@@ -171,12 +171,14 @@ class CallInterceptor:
         """One call: breaker admission, then the tool (through the exactly-once flow for a
         side effect), the output contract, and the outcome reported to the breaker."""
         call = request.tool_call
+        verdict = _Verdict(functools.partial(self._classify, call))
         step = STEP.get()
         if step is not None and call["name"] in step.gone:
-            return self._raised(call, ToolGoneError(call["name"], 0.0), executed=False)
+            gone = ToolGoneError(call["name"], 0.0)
+            return self._raised(call, gone, verdict, executed=False)
         ticket = yield from self.guards.admit(call["name"])
         if isinstance(ticket, float):
-            return self._refused(request, ticket, step)
+            return self._refused(request, ticket, step, verdict)
         admitted = ticket
         profile = self.profiles.get(call["name"])
         effect = None
@@ -188,25 +190,30 @@ class CallInterceptor:
                 result = yield from self._attempt(call, request, run)
             else:
                 result = yield from exactly_once(
-                    call, effect, self._effect_run(call, request, effect, effect_run)
+                    call, effect, self._effect_run(call, request, effect, effect_run, verdict)
                 )
             result = _checked(self.profiles, self.guards.servers, call, result)
         except (GraphBubbleUp, *_NOT_THE_TOOLS, *_NOT_EXECUTED) as exc:
             if admitted is not None:
                 yield self.guards.release(admitted)
             if isinstance(exc, _NOT_EXECUTED):
-                return self._raised(call, exc, executed=False, effect=effect)
+                return self._raised(call, exc, verdict, executed=False, effect=effect)
             raise
         except Exception as exc:
             if is_invalid_resume(exc):
                 raise
-            return (yield from self._failed(call, exc, admitted, effect, step))
+            failed = self._failed(call, exc, verdict, admitted=admitted, effect=effect, step=step)
+            return (yield from failed)
         if admitted is not None:
             yield self.guards.succeeded(admitted)
         return result
 
     def _refused(
-        self, request: ToolCallRequest, retry_after: float, step: StepScope | None
+        self,
+        request: ToolCallRequest,
+        retry_after: float,
+        step: StepScope | None,
+        verdict: _Verdict,
     ) -> Answer:
         """A call its breaker refused. A tool of a down MCP server that the task can do
         without is skipped; the first refusal of a task names the server's tools, the
@@ -228,7 +235,7 @@ class CallInterceptor:
             tools = [] if told else self.guards.server_tools(server)
             return skipped_message(call, server, tools)
         refused = self.guards.refusal(call["name"], retry_after, told=told)
-        return self._raised(call, refused, executed=False)
+        return self._raised(call, refused, verdict, executed=False)
 
     def _effect_run(
         self,
@@ -236,6 +243,7 @@ class CallInterceptor:
         request: ToolCallRequest,
         effect: Effect,
         effect_run: Callable[[Effect], Callable[[ToolCallRequest], Call]],
+        verdict: _Verdict,
     ) -> Run:
         """What the exactly-once flow runs: this call's attempt under a given key (its
         own, or an earlier identical call's), judged by this node."""
@@ -250,7 +258,7 @@ class CallInterceptor:
 
         return Run(
             tool,
-            functools.partial(self._maybe_executed, call),
+            verdict.maybe_executed,
             functools.partial(_broken_contract, self.profiles, self.guards.servers, call),
         )
 
@@ -262,6 +270,8 @@ class CallInterceptor:
         self,
         call: ToolCall,
         exc: Exception,
+        verdict: _Verdict,
+        *,
         admitted: Admitted | None,
         effect: Effect | None,
         step: StepScope | None,
@@ -269,43 +279,33 @@ class CallInterceptor:
         """A failed execution, classified once: a STRUCTURAL answer stops the step's calls
         to that tool that have not started; a probe reports at once, any other attempt
         when its call leaves the tool."""
-        outcome = self._classify(call, exc).failure_class
+        outcome = verdict(exc).failure_class
         if outcome is FailureClass.STRUCTURAL and step is not None:
             step.gone.add(call["name"])
         if admitted is None:
-            return self._raised(call, exc, effect=effect)
+            return self._raised(call, exc, verdict, effect=effect)
         duration = self.clock.monotonic() - admitted.started
         if admitted.probe:  # a probe decides at once
             yield self.guards.record(admitted.key, outcome, True, duration)
-            return self._raised(call, exc, effect=effect)
+            return self._raised(call, exc, verdict, effect=effect)
         report = (
             BreakerReport(admitted.key, outcome, duration)
             if outcome in self.guards.counted
             else None
         )
-        return self._raised(call, exc, unreported=report, effect=effect)
-
-    def _maybe_executed(self, call: ToolCall, exc: BaseException) -> bool:
-        """A lost response (a read timeout, a connection dropped after the request left,
-        an unrecognised error from inside the tool) may hide a done effect: the intent
-        stays pending. A refusal, or the service's definite answer, releases the key."""
-        envelope = self._classify(call, exc)
-        return envelope.failure_class is FailureClass.UNKNOWN or bool(
-            envelope.context.get("maybe_executed")
-        )
+        return self._raised(call, exc, verdict, unreported=report, effect=effect)
 
     def _raised(
         self,
         call: ToolCall,
         exc: BaseException,
+        verdict: _Verdict,
         *,
         executed: bool = True,
         unreported: BreakerReport | None = None,
         effect: Effect | None = None,
     ) -> ToolMessage:
-        raised = Raised(
-            exc, self._classify(call, exc), executed, unreported, effect.key if effect else None
-        )
+        raised = Raised(exc, verdict(exc), executed, unreported, effect.key if effect else None)
         step = STEP.get()
         if step is None:  # no step to finish it: the envelope is the answer
             return error_message(raised.envelope)
@@ -362,6 +362,33 @@ class CallInterceptor:
             answer = await adrive(self._intercept(request, run, effect_run), self.clock)
             outcome(_failure(call, answer))
             return answer
+
+
+class _Verdict:
+    """One call's classification of its failures, made once per exception where it is
+    caught: the exactly-once flow, the breaker report and the step each read it (the
+    same exception passes all three), without a mark left on the exception."""
+
+    __slots__ = ("_classify", "_last")
+
+    def __init__(self, classify: Callable[[BaseException], ToolError]) -> None:
+        self._classify = classify
+        self._last: tuple[BaseException, ToolError] | None = None
+
+    def __call__(self, exc: BaseException) -> ToolError:
+        last = self._last
+        if last is None or last[0] is not exc:
+            last = self._last = (exc, self._classify(exc))
+        return last[1]
+
+    def maybe_executed(self, exc: BaseException) -> bool:
+        """A lost response (a read timeout, a connection dropped after the request left,
+        an unrecognised error from inside the tool) may hide a done effect: the intent
+        stays pending. A refusal, or the service's definite answer, releases the key."""
+        envelope = self(exc)
+        return envelope.failure_class is FailureClass.UNKNOWN or bool(
+            envelope.context.get("maybe_executed")
+        )
 
 
 def _failure(call: ToolCall, answer: Answer) -> ToolError | None:

@@ -83,6 +83,44 @@ def test_unknown_outcome_without_status_check_is_never_rerun(runner: Runner) -> 
     assert envelope["suggested_action"] == "query_status"
 
 
+def test_one_exception_object_is_judged_by_each_tool_that_raises_it(runner: Runner) -> None:
+    """A client that re-raises one stored exception object (its connection marked down)
+    fails a read, then a charge after the charge went through. The read's verdict
+    (transient: retry) is not the charge's: a lost answer there may hide a payment, so
+    it is never re-run blindly."""
+    bank = Bank()
+    down = TimeoutError("payments.example: read timed out")
+
+    @tool
+    def balance() -> str:
+        """The customer's balance."""
+        raise down
+
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the customer's card."""
+        bank.payments.append((current_idempotency_key() or "", amount))
+        raise down  # the payment went through; its answer was lost
+
+    h = build_graph(
+        [balance, charge],
+        [
+            tool_calls(("balance", {})),
+            tool_calls(("charge", {"amount": 30})),
+            text("unsure"),
+        ],
+        profiles={"charge": ToolProfile(side_effect=True)},
+    )
+
+    out = runner.invoke(h.app, {"messages": [("user", "pay 30")]}, h.config())
+
+    assert len(bank.payments) == 1
+    read, paid = (json.loads(str(m.content)) for m in tool_messages(out))
+    assert (read["tool"], read["failure_class"]) == ("balance", "transient")
+    assert (paid["tool"], paid["failure_class"]) == ("charge", "unknown")
+    assert paid["suggested_action"] == "query_status"
+
+
 def charged(value: Any) -> str | None:
     """The charge tool's output contract: 'charged N'."""
     return None if str(value).startswith("charged ") else f"not a charge receipt: {value!r}"
