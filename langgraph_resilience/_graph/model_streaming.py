@@ -11,15 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessageChunk
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from langgraph_resilience.core.flow import adrive, drive
-
-if TYPE_CHECKING:
-    from langgraph_resilience._graph.model import ResilientChatModel
+from langgraph_resilience.core.clock import Clock
+from langgraph_resilience.core.flow import Flow, adrive, drive
 
 __all__ = ["Ask", "ResilientRunnable", "afirst_chunk", "as_chunk", "first_chunk"]
 
@@ -31,6 +29,16 @@ class Ask:
 
     sync: Callable[[int], Any]
     asynchronous: Callable[[int], Awaitable[Any]]
+
+
+class Retried(Protocol):
+    """What asks a model chain with retry, breakers and fallbacks: a
+    `ResilientChatModel`, named by what it does so this module need not import it."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def flow(self, started: float, ask: Ask) -> Flow[Any]: ...
 
 
 def as_chunk(message: Any) -> BaseMessageChunk:
@@ -71,7 +79,7 @@ class ResilientRunnable(Runnable[Any, Any]):
     `ResilientChatModel`'s retry, breakers and fallbacks. The caller's config reaches
     each attempt: the attempt is the model's own run."""
 
-    def __init__(self, *, owner: ResilientChatModel, chain: Sequence[Runnable[Any, Any]]):
+    def __init__(self, *, owner: Retried, chain: Sequence[Runnable[Any, Any]]):
         self.owner, self.chain = owner, list(chain)
 
     def _ask(self, input: Any, config: RunnableConfig | None, stream: bool) -> Ask:
