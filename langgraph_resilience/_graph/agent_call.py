@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
@@ -133,12 +134,25 @@ def _one(node: GuardedToolNode, request: ToolCallRequest, state: Any) -> Batch |
 
 def _routed(node: GuardedToolNode, request: ToolCallRequest, batch: Batch) -> ToolCallRequest:
     """The request for the call in force: a retry's repaired or edited arguments, or the
-    fallback that now serves it."""
+    fallback that now serves it. The tool is always the agent's own (the request's, or
+    its ToolNode's for a fallback): one middleware may serve several agents, or an agent
+    rebuilt per request with its user's tools, whose tools share names."""
     call = batch.runnable[0]
-    tool = node.tools_by_name.get(call["name"], request.tool)
+    if call["name"] == request.tool_call["name"]:
+        tool = request.tool
+    else:
+        tool = _agent_tool(node, request, call["name"])
     if call == request.tool_call and tool is request.tool:
         return request
-    return request.override(tool_call=call, tool=tool) if tool else request
+    return request.override(tool_call=call, tool=tool) if tool is not None else request
+
+
+def _agent_tool(node: GuardedToolNode, request: ToolCallRequest, name: str) -> BaseTool | None:
+    """The agent's tool `name`, or None when it has none."""
+    tools = getattr(request.runtime, "tools", None)
+    if tools is None:  # no runtime (a call outside a graph): the tools this node knows
+        return node.tools_by_name.get(name)
+    return next((tool for tool in tools if tool.name == name), None)
 
 
 def _as_output(node: GuardedToolNode, answer: Answer) -> Any:

@@ -109,10 +109,9 @@ class CallInterceptor:
         messages_key: str,
     ) -> None:
         self.tools_by_name = tools
-        """ToolNode's own table (shared: `learn` grows both)."""
+        """ToolNode's own table (shared: `GuardedToolNode.learn` grows both)."""
         self.profiles, self.guards, self.rules = profiles, guards, rules
         self.clock, self.messages_key = clock, messages_key
-        self._schemas = {name: t.tool_call_schema for name, t in tools.items()}
         self._told = ToldOnce()
         self._unkeyed: set[str] = set()
         """Tools warned of asking for an idempotency key with no side-effect profile."""
@@ -120,16 +119,15 @@ class CallInterceptor:
             is_read=self._is_read, policy=policy, rng=rng, rules=rules, messages_key=messages_key
         )
 
-    def learn(self, tool: BaseTool) -> None:
-        """Know one more tool (its schema, for coercion)."""
-        self._schemas[tool.name] = tool.tool_call_schema
-
-    def _coerced(self, call: ToolCall) -> Coercion | None:
-        """Lossless fixes for arguments the tool rejected, or None if there are none.
+    def _coerced(self, call: ToolCall, tool: BaseTool | None) -> Coercion | None:
+        """Lossless fixes for arguments the tool rejected, or None if there are none,
+        by the schema of the tool that ran (a middleware's agents may share tool names).
         Only runs after a rejection, so clean calls pay nothing for it."""
         if call["name"] not in self.tools_by_name:
             return None
-        fixed = coerce_args(call["args"], self._schemas.get(call["name"]))
+        if tool is None or tool.name != call["name"]:
+            tool = self.tools_by_name[call["name"]]
+        fixed = coerce_args(call["args"], tool.tool_call_schema)
         if not fixed.changes:
             return None
         emit(Event("coercion", tool=call["name"], call_id=call["id"], changes=fixed.changes))
@@ -153,7 +151,7 @@ class CallInterceptor:
         try:
             return cast("Answer", (yield run(request)))
         except ToolInvocationError:
-            fixed = self._coerced(call)
+            fixed = self._coerced(call, request.tool)
             if fixed is None:
                 raise
             result = yield run(request.override(tool_call={**call, "args": fixed.args}))

@@ -182,7 +182,6 @@ class GuardedToolNode(ResilienceNode):
         for tool in tools:
             if tool.name not in self.tools_by_name:
                 self.tools_by_name[tool.name] = tool
-                self.calls.learn(tool)
         self.guards.servers.update(servers_of(tools, {}))
 
     def breaker_states(self) -> dict[str, str]:

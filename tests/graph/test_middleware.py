@@ -256,6 +256,63 @@ def test_a_gone_tool_falls_back_to_its_fallback(runner: Runner) -> None:
     assert answer.tool_call_id == result["messages"][1].tool_calls[0]["id"]
 
 
+def _billing(tenant: str, charges: list[tuple[str, int]]) -> BaseTool:
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the customer's card."""
+        charges.append((tenant, amount))
+        return f"charged {amount} to {tenant}"
+
+    return charge
+
+
+def test_one_middleware_runs_each_agents_own_tool(runner: Runner) -> None:
+    """An app keeps one ResilienceMiddleware and builds its agent per request with the
+    user's own tools (or runs several agents on it): a call runs the tool of the agent
+    that asked, never the first tool of that name the middleware met."""
+    shared = ResilienceMiddleware(
+        clock=FakeClock(), profiles={"charge": ToolProfile(side_effect=True)}
+    )
+    charges: list[tuple[str, int]] = []
+    for tenant in ("acme", "globex"):
+        model = ScriptedChatModel(responses=[tool_calls(("charge", {"amount": 5})), text("ok")])
+        agent = create_agent(
+            model, [_billing(tenant, charges)], middleware=[shared], checkpointer=InMemorySaver()
+        )
+        result = runner.invoke(agent, {"messages": [HumanMessage("charge 5")]}, _config())
+        [answer] = _answers(result)
+        assert answer.content == f"charged 5 to {tenant}"
+    assert charges == [("acme", 5), ("globex", 5)]
+
+
+def _replica(region: str) -> BaseTool:
+    @tool("lookup_backup")
+    def replica(order_id: str) -> str:
+        """Look up an order in the replica."""
+        return f"order {order_id}: shipped ({region} replica)"
+
+    return replica
+
+
+def test_a_fallback_is_the_asking_agents_own(runner: Runner) -> None:
+    """Two agents on one middleware each have a replica named ``lookup_backup``: the
+    fallback serving a gone lookup is the asking agent's replica."""
+    shared = ResilienceMiddleware(
+        clock=FakeClock(), profiles={"lookup": ToolProfile(fallback="lookup_backup")}
+    )
+    for region in ("eu", "us"):
+        gone = FaultyTool(lookup, [], then=Fault.status(404))
+        model = ScriptedChatModel(
+            responses=[tool_calls(("lookup", {"order_id": "A1"})), text("ok")]
+        )
+        agent = create_agent(
+            model, [gone, _replica(region)], middleware=[shared], checkpointer=InMemorySaver()
+        )
+        result = runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, _config())
+        [answer] = _answers(result)
+        assert answer.content == f"order A1: shipped ({region} replica)"
+
+
 def test_an_escalation_interrupts_and_resumes_with_command(runner: Runner) -> None:
     faulty = FaultyTool(lookup, [Fault.status(403)])
     agent, model, _ = _agent(
