@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -342,8 +343,15 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             self._checked = known
 
 
+_KEPT_CHAINS = 64
+"""How many agent models keep their chain: an app that builds its model per request
+would otherwise keep every model it ever built. A model's breaker lives in the store
+under `model_key`, so a chain made again finds its state."""
+
+
 class _ModelChains:
-    """One `ResilientChatModel` chain per agent model seen (its breakers keyed by it)."""
+    """One `ResilientChatModel` chain per agent model met lately (the first made is the
+    first dropped, past `_KEPT_CHAINS`)."""
 
     def __init__(
         self,
@@ -366,18 +374,23 @@ class _ModelChains:
             "fallback_on": fallback_on,
         }
         self._chains: dict[int, tuple[Any, ResilientChatModel]] = {}
+        self._lock = threading.Lock()
 
     def chain(self, model: Any) -> ResilientChatModel:
         found = self._chains.get(id(model))
-        if found is None or found[0] is not model:
-            if not isinstance(model, BaseChatModel):
-                raise ConfigurationError(
-                    f"ResilienceMiddleware needs a BaseChatModel as the agent's model, got "
-                    f"{type(model).__name__}; pass create_agent a chat model instance"
-                )
-            found = (model, resilient_model(model, self.fallbacks, **self.settings))
-            self._chains[id(model)] = found
-        return found[1]
+        if found is not None and found[0] is model:
+            return found[1]
+        if not isinstance(model, BaseChatModel):
+            raise ConfigurationError(
+                f"ResilienceMiddleware needs a BaseChatModel as the agent's model, got "
+                f"{type(model).__name__}; pass create_agent a chat model instance"
+            )
+        made = resilient_model(model, self.fallbacks, **self.settings)
+        with self._lock:
+            self._chains[id(model)] = (model, made)
+            while len(self._chains) > _KEPT_CHAINS:
+                del self._chains[next(iter(self._chains))]
+        return made
 
 
 def _no_sync(index: int) -> Any:  # pragma: no cover - drive never calls the async side

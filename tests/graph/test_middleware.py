@@ -3,7 +3,9 @@ LangChain's own agent graph (each tool call its own task), sync and async."""
 
 from __future__ import annotations
 
+import gc
 import uuid
+import weakref
 from typing import Any
 
 import pytest
@@ -311,6 +313,22 @@ def test_a_fallback_is_the_asking_agents_own(runner: Runner) -> None:
         result = runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, _config())
         [answer] = _answers(result)
         assert answer.content == f"order A1: shipped ({region} replica)"
+
+
+def test_models_built_per_request_are_not_kept() -> None:
+    """An app that builds its model per request, on one middleware, does not keep every
+    model it built (each holds its client): the middleware keeps a bounded few."""
+    shared = ResilienceMiddleware(clock=FakeClock())
+    built: list[weakref.ref[ScriptedChatModel]] = []
+    for _ in range(100):
+        model = ScriptedChatModel(responses=[text("hello")])
+        built.append(weakref.ref(model))
+        agent = create_agent(model, [], middleware=[shared])
+        agent.invoke({"messages": [HumanMessage("hi")]})
+    del model, agent
+    gc.collect()
+    alive = sum(ref() is not None for ref in built)
+    assert 0 < alive <= 64
 
 
 def test_an_escalation_interrupts_and_resumes_with_command(runner: Runner) -> None:
