@@ -98,10 +98,12 @@ _RECOVERY_ROUNDS = 16
 _SELECTOR_HINT = (
     ". Check the spelling; if a middleware before ResilienceMiddleware offers the model only"
     " some of the agent's tools (a tool selector), put ResilienceMiddleware first in"
-    " middleware=[...], so that it sees them all"
+    " middleware=[...], so that it sees them all; if one ResilienceMiddleware serves"
+    " several agents, give each agent its own, with the profiles of its own tools"
 )
-"""The other cause of an unknown tool under `create_agent`: the middleware meets the
-agent's tools only in the model requests it sees, after the middleware outside it."""
+"""The other causes of an unknown tool under `create_agent`: the middleware meets the
+agent's tools only in the model requests it sees, after the middleware outside it, and
+checks each agent it serves against the profiles it was given."""
 
 
 class ResilienceAgentState(AgentState[Any]):
