@@ -28,6 +28,7 @@ from langgraph_resilience._graph.in_flight import executing
 from langgraph_resilience._graph.run_lease import current_run
 from langgraph_resilience._graph.saved_step import step_to_save
 from langgraph_resilience._graph.scope import STEP, StepScope
+from langgraph_resilience._graph.state import call_slot
 from langgraph_resilience.core.canonical import call_key
 from langgraph_resilience.core.classification import Rule, classify
 from langgraph_resilience.core.decision import retry_wait
@@ -71,6 +72,26 @@ def _thread_of(config: Mapping[str, Any]) -> str:
         return _THREADLESS.setdefault(run, f"run-{uuid.uuid4().hex}")
     except TypeError:  # a writer that cannot be weakly referenced: one shared identity
         return ""
+
+
+def _same_message(
+    call: ToolCall, slot: str, step: StepScope, thread_id: str, noise: Any
+) -> frozenset[str]:
+    """The keys of the other calls of `call`'s assistant message to the same tool (the
+    only ones that can ask for the same effect)."""
+    batch, keys = step.batch, set()
+    for position, other in enumerate(batch.ai.tool_calls):
+        other_slot = call_slot(batch.ai, batch.ai_index, position)
+        if other["name"] == call["name"] and other_slot != slot:
+            identity = effect_identity(
+                other["name"],
+                other["args"],
+                thread_id=thread_id,
+                call_identity=other_slot,
+                noise_fields=noise,
+            )
+            keys.add(identity[0])
+    return frozenset(keys)
 
 
 def effect_of(
@@ -129,6 +150,7 @@ def effect_of(
         told_before=batch.told_before(),
         told_now=batch.told_now(),
         held=batch.held.get(batch.keys.get(call_id, ""), 0),
+        same_message=_same_message(call, slot, step, thread_id, noise),
         grace=grace,
         looked=looked,
         check_wait=check_wait,

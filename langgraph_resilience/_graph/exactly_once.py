@@ -140,6 +140,10 @@ class Effect:
     held: int = 0
     """How many times the thread holds this effect done (the ledger channel's count):
     done records of it beyond that are effects a rewound thread no longer shows."""
+    same_message: frozenset[str] = frozenset()
+    """Keys of the other calls of this call's assistant message that ask for the same
+    effect: each position is an effect of its own (two identical calls asked at once
+    are two requests), never an earlier call this one repeats."""
     grace: float = 0.0
     """How long an abandoned attempt may still be running (the tool's timeout)."""
     looked: Callable[[], bool] = lambda: False
@@ -307,7 +311,7 @@ def _done_unheld(
     if known is None:
         done_keys = Call(store.done_keys, store.adone_keys, (effect.thread_id, effect.fingerprint))
         known = yield from ledger_op(effect, "siblings", done_keys)
-    done = [key for key in known if key != effect.key and key not in effect.told_before]
+    done = [key for key in known if key != effect.key and not _asked_apart(key, effect)]
     if len(done) <= effect.held:
         return None
     record: IdempotencyRecord | None = yield from ledger_op(
@@ -507,8 +511,15 @@ def _release(effect: Effect, key: str) -> Flow[Any]:
 
 def _siblings(found: Sequence[IdempotencyRecord], effect: Effect) -> list[IdempotencyRecord]:
     """Unresolved intents of the same effect asked for by other calls (not this key), but
-    for those the agent was told of in an earlier task: the user asked anew since."""
-    return [r for r in found if r.key != effect.key and r.key not in effect.told_before]
+    for those asked apart from this one."""
+    return [r for r in found if r.key != effect.key and not _asked_apart(r.key, effect)]
+
+
+def _asked_apart(key: str, effect: Effect) -> bool:
+    """Whether the same effect under `key` was asked for apart from this call, so this
+    one repeats nothing: by the user anew since the agent was told of it in an earlier
+    task, or by another call of this call's own assistant message."""
+    return key in effect.told_before or key in effect.same_message
 
 
 # ------------------------------------------------------------------ status checks

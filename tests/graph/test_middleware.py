@@ -287,6 +287,20 @@ def test_one_middleware_runs_each_agents_own_tool(runner: Runner) -> None:
     assert charges == [("acme", 5), ("globex", 5)]
 
 
+def test_two_identical_calls_of_one_message_both_run(runner: Runner) -> None:
+    """Two identical charges asked in one message are two effects under create_agent too
+    (each call its own task): the second is not taken for a repeat of the first."""
+    charges: list[tuple[str, int]] = []
+    agent, _model, _ = _agent(
+        [_billing("acme", charges)],
+        [tool_calls(("charge", {"amount": 5}), ("charge", {"amount": 5})), text("ok")],
+        profiles={"charge": ToolProfile(side_effect=True)},
+    )
+    result = runner.invoke(agent, {"messages": [HumanMessage("charge 5 twice")]}, _config())
+    assert [m.content for m in _answers(result)] == ["charged 5 to acme"] * 2
+    assert charges == [("acme", 5), ("acme", 5)]
+
+
 def _replica(region: str) -> BaseTool:
     @tool("lookup_backup")
     def replica(order_id: str) -> str:

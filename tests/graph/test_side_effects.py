@@ -121,6 +121,33 @@ def test_one_exception_object_is_judged_by_each_tool_that_raises_it(runner: Runn
     assert paid["suggested_action"] == "query_status"
 
 
+def test_two_identical_calls_of_one_message_are_two_effects(runner: Runner) -> None:
+    """The model asks for the same charge twice in one message (the user said "charge 5
+    twice"): as with plain ToolNode, both run, each under its own key (the position is
+    part of the effect); neither is a re-issue of the other. Asked once more in a later
+    turn, it runs a third time: the thread holds the two it did."""
+    bank = Bank()
+    h = build_graph(
+        [make_charge(bank)],
+        [
+            tool_calls(("charge", {"amount": 5}), ("charge", {"amount": 5})),
+            text("charged twice"),
+            tool_calls(("charge", {"amount": 5})),
+            text("charged again"),
+        ],
+        profiles={"charge": ToolProfile(side_effect=True)},
+    )
+    config = h.config()
+
+    out = runner.invoke(h.app, {"messages": [("user", "charge 5 twice")]}, config)
+
+    assert [(m.status, m.content) for m in tool_messages(out)] == [("success", "charged 5")] * 2
+    assert len({key for key, _ in bank.payments}) == 2
+    out = runner.invoke(h.app, {"messages": [("user", "and once more")]}, config)
+    assert len(bank.payments) == 3
+    assert tool_messages(out)[-1].content == "charged 5"
+
+
 def charged(value: Any) -> str | None:
     """The charge tool's output contract: 'charged N'."""
     return None if str(value).startswith("charged ") else f"not a charge receipt: {value!r}"
