@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import random
 import uuid
 import warnings
@@ -150,7 +151,9 @@ def effect_of(
         told_before=batch.told_before(),
         told_now=batch.told_now(),
         held=batch.held.get(batch.keys.get(call_id, ""), 0),
-        same_message=_same_message(call, slot, step, thread_id, noise),
+        same_message=functools.cache(
+            functools.partial(_same_message, call, slot, step, thread_id, noise)
+        ),
         grace=grace,
         looked=looked,
         check_wait=check_wait,

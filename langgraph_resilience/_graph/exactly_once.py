@@ -140,10 +140,11 @@ class Effect:
     held: int = 0
     """How many times the thread holds this effect done (the ledger channel's count):
     done records of it beyond that are effects a rewound thread no longer shows."""
-    same_message: frozenset[str] = frozenset()
-    """Keys of the other calls of this call's assistant message that ask for the same
-    effect: each position is an effect of its own (two identical calls asked at once
-    are two requests), never an earlier call this one repeats."""
+    same_message: Callable[[], frozenset[str]] = frozenset
+    """Keys of the other calls of this call's assistant message to the same tool, made
+    only when the ledger holds another call's intent of the same effect: each position
+    is an effect of its own (two identical calls asked at once are two requests), never
+    an earlier call this one repeats."""
     grace: float = 0.0
     """How long an abandoned attempt may still be running (the tool's timeout)."""
     looked: Callable[[], bool] = lambda: False
@@ -519,7 +520,7 @@ def _asked_apart(key: str, effect: Effect) -> bool:
     """Whether the same effect under `key` was asked for apart from this call, so this
     one repeats nothing: by the user anew since the agent was told of it in an earlier
     task, or by another call of this call's own assistant message."""
-    return key in effect.told_before or key in effect.same_message
+    return key in effect.told_before or key in effect.same_message()
 
 
 # ------------------------------------------------------------------ status checks
