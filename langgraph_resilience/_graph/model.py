@@ -174,10 +174,13 @@ def _refused(key: str, retry_after: float, previous: Exception | None) -> Circui
 
 
 def _give_up(failures: list[tuple[str, BaseException]]) -> BaseException:
-    """The exception to raise when no model answered: the last one, annotated."""
+    """The exception to raise when no model answered: the last one, annotated once (a
+    client may raise one stored exception every time: its notes must not pile up)."""
     last = failures[-1][1]
     summary = "; ".join(f"{key}: {type(error).__name__}: {error}" for key, error in failures)
-    last.add_note(redact(f"resilient_model: no model answered ({summary})", limit=None))
+    note = redact(f"resilient_model: no model answered ({summary})", limit=None)
+    if note not in getattr(last, "__notes__", ()):
+        last.add_note(note)
     if isinstance(last, CircuitOpenError) and last.__cause__ is None and len(failures) > 1:
         last.__cause__ = failures[-2][1]
     return last

@@ -269,6 +269,23 @@ def test_breaker_skips_a_dead_primary_then_probes_it(mode: str) -> None:
     assert store.snapshot(model.keys[1]).status == "closed"
 
 
+def test_a_stored_exception_is_annotated_once(mode: str) -> None:
+    """A client that raises one stored exception each time (its connection marked down)
+    gets one note on it, however often every model fails: notes do not pile up."""
+    down = ConnectionRefusedError("models.example: connection refused")
+    model = build(
+        scripted(*[down] * 5),
+        scripted(*[down] * 5),
+        clock=FakeClock(),
+        policy=ResiliencePolicy(max_attempts=1),
+        breaker=None,
+    )
+    for _ in range(5):
+        with pytest.raises(ConnectionRefusedError):
+            ask(model, mode)
+    assert len(down.__notes__) == 1
+
+
 def test_every_model_open_raises_circuit_open(mode: str) -> None:
     """With every breaker open the call fails fast with CircuitOpenError, chained to the cause."""
     clock = FakeClock()
