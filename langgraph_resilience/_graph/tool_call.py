@@ -3,10 +3,8 @@
 `CallInterceptor` stands between ToolNode and a tool, once per call: breaker
 admission, bulkhead and timeout (`_graph.tool_guards`), lossless coercion of rejected
 arguments, the exactly-once flow of a side effect (`_graph.exactly_once`), the output
-contract, and one classification of a failure, which then travels to the step as
-`answers.Raised`, in the step's `scope.CallOutcome` (`_Verdict`: one classification
-per exception, read by the breaker report, the exactly-once flow and the step). The
-interception is one
+contract, and one classification of a failure (`_Verdict`), which then travels to the
+step as `answers.Raised`, in the step's `scope.CallOutcome`. The interception is one
 `core.flow` flow, driven sync by ``wrap_tool_call`` and async by ``awrap_tool_call``.
 Which calls run is `_graph.tool_batch`'s choice; what becomes of them,
 `_graph.finish`'s.
@@ -120,13 +118,11 @@ class CallInterceptor:
         )
 
     def _coerced(self, call: ToolCall, tool: BaseTool | None) -> Coercion | None:
-        """Lossless fixes for arguments the tool rejected, or None if there are none,
-        by the schema of the tool that ran (a middleware's agents may share tool names).
-        Only runs after a rejection, so clean calls pay nothing for it."""
-        if call["name"] not in self.tools_by_name:
+        """Lossless fixes for arguments `tool` (the request's: a middleware's agents may
+        share tool names) rejected, or None if there are none. Only runs after a
+        rejection, so clean calls pay nothing for it."""
+        if tool is None:
             return None
-        if tool is None or tool.name != call["name"]:
-            tool = self.tools_by_name[call["name"]]
         fixed = coerce_args(call["args"], tool.tool_call_schema)
         if not fixed.changes:
             return None
