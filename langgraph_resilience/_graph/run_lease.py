@@ -16,9 +16,10 @@ A run is told from another by its runtime's stream writer (``Runtime.stream_writ
 LangGraph makes one per run and hands it to every task of that run (a timed node
 attempt gets a guarding writer of its own: `current_run` finds the run's through
 ``runtime.control``). The lease is given back when the run routes from the agent to
-its end, or raises out of one of our steps (a cancel, an interrupt, an error); when it
-ends another way (a pause for a human, an exception in the user's node) when its
-writer is collected; at the latest it lapses `DEFAULT_LEASE_TTL` after the run's last
+its end, or when one of our steps raises (a cancel, an interrupt, an error) and the
+run's other steps under way are done (`create_agent` runs a turn's calls as parallel
+tasks: a sibling of a paused call may still be paying); when it ends another way (a
+pause for a human in the user's node, an exception there) when its writer is collected; at the latest it lapses `DEFAULT_LEASE_TTL` after the run's last
 step of ours renewed it. A lease that lapsed during a long model call is taken again at
 the next step, unless another run took the thread meanwhile: then this run stops
 (`ThreadLockLostError`).
@@ -167,11 +168,29 @@ class _Held:
     renewed: float
 
 
+@dataclasses.dataclass(eq=False)
+class _Steps:
+    """A run's steps of ours on one thread: how many are under way, whether one of them
+    ended the run (it raised), and the locks its lease is taken under, one at a time."""
+
+    running: int = 0
+    ended: bool = False
+    taking: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    _ataking: asyncio.Lock | None = None
+
+    def ataking(self) -> asyncio.Lock:
+        """The async steps' lock (made in the run's event loop, on first use)."""
+        if self._ataking is None:
+            self._ataking = asyncio.Lock()
+        return self._ataking
+
+
 class RunLeases:
     """The thread leases the runs of one graph hold, each as long as its run lives."""
 
     def __init__(self) -> None:
         self._runs: weakref.WeakKeyDictionary[Any, dict[str, _Held]] = weakref.WeakKeyDictionary()
+        self._steps: weakref.WeakKeyDictionary[Any, dict[str, _Steps]] = weakref.WeakKeyDictionary()
         self._guard = threading.Lock()
 
     def _mine(self, run: Any, key: str) -> _Held | None:
@@ -191,43 +210,46 @@ class RunLeases:
 
     def take(self, ledger: EffectLedger, run: Any, config: RunnableConfig) -> Fence | None:
         """The run's lease of its thread: taken now (`ThreadBusyError` when another run
-        holds it), renewed, or taken again after it lapsed unclaimed."""
+        holds it), renewed, or taken again after it lapsed unclaimed. The run's steps
+        take it one at a time: a resumed turn's calls may all start at once."""
         key = _key(config)
         if key is None or run is None or current_fence(key) is not None:
             return None
-        held = self._mine(run, key)
         runner = ledger.lease_runner
-        if held is None:
-            lease = _collected_first(lambda: _take(runner, key))
-            return self._keep(run, key, lease).lease
-        if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
-            if not held.lease.renew():
-                return self._retaken(run, key, held, runner)
-            held.renewed = time.monotonic()
-        return held.lease
+        with self._steps_of(run, key).taking:
+            held = self._mine(run, key)
+            if held is None:
+                lease = _collected_first(lambda: _take(runner, key))
+                return self._keep(run, key, lease).lease
+            if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
+                if not held.lease.renew():
+                    return self._retaken(run, key, held, runner)
+                held.renewed = time.monotonic()
+            return held.lease
 
     async def atake(self, ledger: EffectLedger, run: Any, config: RunnableConfig) -> Fence | None:
         """Async `take`."""
         key = _key(config)
         if key is None or run is None or current_fence(key) is not None:
             return None
-        held = self._mine(run, key)
         runner = ledger.lease_runner
-        if held is None:
-            try:
-                lease = await _atake(runner, key)
-            except ThreadBusyError:
-                gc.collect()  # see _collected_first
-                await _areleased_collected()
-                lease = await _atake(runner, key)
-            return self._keep(run, key, lease).lease
-        if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
-            lease = held.lease
-            renewed = lease.renew() if isinstance(lease, _Local) else await lease.arenew()
-            if not renewed:
-                return self._retaken(run, key, held, runner)
-            held.renewed = time.monotonic()
-        return held.lease
+        async with self._steps_of(run, key).ataking():
+            held = self._mine(run, key)
+            if held is None:
+                try:
+                    lease = await _atake(runner, key)
+                except ThreadBusyError:
+                    gc.collect()  # see _collected_first
+                    await _areleased_collected()
+                    lease = await _atake(runner, key)
+                return self._keep(run, key, lease).lease
+            if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
+                lease = held.lease
+                renewed = lease.renew() if isinstance(lease, _Local) else await lease.arenew()
+                if not renewed:
+                    return self._retaken(run, key, held, runner)
+                held.renewed = time.monotonic()
+            return held.lease
 
     def _retaken(self, run: Any, key: str, held: _Held, runner: LeaseRunner | None) -> Fence:
         """A lease that lapsed: taken again if nobody took the thread meanwhile."""
@@ -262,14 +284,39 @@ class RunLeases:
 
     @contextlib.contextmanager
     def ended_by_failure(self, config: RunnableConfig) -> Iterator[None]:
-        """A step of the run: anything it raises (a cancel, an interrupt, an error) ends
-        the run, so its lease of the thread is given back. An attempt it abandoned may
-        still land: its outcome goes to the ledger, never to the thread."""
+        """A step of the run. Anything a step raises (a cancel, an interrupt, an error)
+        ends the run, and its lease of the thread goes back once its last step under
+        way is done: `create_agent` runs a turn's calls as tasks of their own, and a call
+        that paused for a human may have a sibling still paying, whose ledger writes
+        need the lease. An attempt it abandoned may still land: its outcome goes to the
+        ledger, never to the thread."""
+        run, key = current_run(), _key(config)
+        if run is None or key is None:
+            yield
+            return
+        steps = self._steps_of(run, key)
+        with self._guard:
+            steps.running += 1
+        failed = False
         try:
             yield
         except BaseException:
-            self.release(current_run(), config)
+            failed = True
             raise
+        finally:
+            with self._guard:
+                steps.running -= 1
+                steps.ended = steps.ended or failed
+                last = steps.ended and steps.running == 0
+            if last:
+                self.release(run, config)
+
+    def _steps_of(self, run: Any, key: str) -> _Steps:
+        with self._guard:
+            known = self._steps.get(run)
+            if known is None:
+                known = self._steps[run] = {}
+            return known.setdefault(key, _Steps())
 
     def held(self, run: Any, config: RunnableConfig) -> Fence | None:
         """The lease the run holds on its thread, or None."""

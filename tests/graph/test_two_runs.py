@@ -7,19 +7,23 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
+from langgraph.errors import GraphInterrupt
+from langgraph.types import Command, interrupt
 
 from langgraph_resilience import ResilienceMiddleware, ThreadBusyError, ToolProfile
 from langgraph_resilience._graph.run_lease import _LOCAL
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
-from tests.conftest import Harness, build_graph
+from tests.conftest import Harness, Runner, build_graph
 
 
 class Bank:
@@ -198,3 +202,117 @@ def test_without_side_effects_runs_are_not_serialized() -> None:
     bank.finish.set()
     running.join(30)
     assert sorted(bank.paid) == [10, 20]
+
+
+class _Sequenced(AgentMiddleware):  # type: ignore[type-arg]
+    """Outside ResilienceMiddleware, orders a turn's calls (each a task of its own): with
+    ``pay_first``, the payment is under way before the approvals pause; else it starts
+    once both have paused."""
+
+    def __init__(self, *, pay_first: bool) -> None:
+        super().__init__()
+        self.pay_first = pay_first
+        self.paying, self.paused = threading.Event(), threading.Event()
+        self.leased_while_paying: list[bool] = []
+        self._pauses = 0
+        self._guard = threading.Lock()
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] == "pay":
+            if not self.pay_first:
+                assert self.paused.wait(10)
+            return handler(request)
+        if self.pay_first:
+            assert self.paying.wait(10)
+        try:
+            return handler(request)
+        except GraphInterrupt:
+            self._paused()
+            raise
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if request.tool_call["name"] == "pay":
+            if not self.pay_first:
+                assert await asyncio.to_thread(self.paused.wait, 10)
+            return await handler(request)
+        if self.pay_first:
+            assert await asyncio.to_thread(self.paying.wait, 10)
+        try:
+            return await handler(request)
+        except GraphInterrupt:
+            self._paused()
+            raise
+
+    def _paused(self) -> None:
+        with self._guard:
+            self._pauses += 1
+            if self._pauses == 2:
+                self.paused.set()
+
+
+def approving_agent(
+    paid: list[int],
+    *,
+    pay_first: bool,
+    leased: Callable[[], bool],
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+) -> tuple[Any, _Sequenced]:
+    """create_agent + the middleware, whose model asks two humans and pays in one turn;
+    `leased` says whether the thread is leased now (checked while paying)."""
+    order = _Sequenced(pay_first=pay_first)
+
+    @tool
+    def approve(what: str) -> str:
+        """Ask a human to approve."""
+        return f"{what}: {interrupt(f'approve {what}?')}"
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        order.paying.set()
+        if order.pay_first:
+            assert order.paused.wait(10)
+        order.leased_while_paying.append(leased())
+        paid.append(amount)
+        return f"paid {amount}"
+
+    calls = tool_calls(
+        ("approve", {"what": "a"}), ("approve", {"what": "b"}), ("pay", {"amount": 5})
+    )
+    model = ScriptedChatModel(responses=[calls, text("ok")])
+    ours = ResilienceMiddleware(clock=FakeClock(), profiles={"pay": ToolProfile(side_effect=True)})
+    agent = create_agent(
+        model,
+        [approve, pay],
+        middleware=[order, ours],
+        checkpointer=checkpointer or InMemorySaver(),
+    )
+    return agent, order
+
+
+@pytest.mark.parametrize("pay_first", [False, True], ids=["paused-first", "paying-first"])
+def test_a_turn_paused_by_parallel_calls_gives_its_thread_back(
+    runner: Runner, pay_first: bool
+) -> None:
+    """Two calls of one turn pause for a human while a sibling pays (create_agent runs
+    each call as a task of its own): the run keeps its lease until its last call is
+    done, so the payment is never cut off, then gives it back, so the answers are taken
+    at once instead of refused until a lease lapses."""
+    paid: list[int] = []
+    thread = f"t-hitl-{pay_first}-{runner.mode}"
+    leased = lambda: _LOCAL.holder(thread) is not None  # noqa: E731
+    agent, order = approving_agent(paid, pay_first=pay_first, leased=leased)
+    config: Any = {"configurable": {"thread_id": thread}}
+    gc.disable()  # no collector to free what the run left: the pause itself must
+    try:
+        runner.invoke(agent, {"messages": [("user", "approve and pay")]}, config)
+        pending = agent.get_state(config).interrupts
+        assert len(pending) == 2
+        assert order.leased_while_paying == [True]
+        assert _LOCAL.holder(thread) is None
+        out = runner.invoke(agent, Command(resume={i.id: "yes" for i in pending}), config)
+    finally:
+        gc.enable()
+    assert out["messages"][-1].content == "ok"
+    assert sorted(_answers(out)) == ["a: yes", "b: yes", "paid 5"]
+    assert paid == [5]
