@@ -19,9 +19,10 @@ attempt gets a guarding writer of its own: `current_run` finds the run's through
 its end, or when one of our steps raises (a cancel, an interrupt, an error) and the
 run's other steps under way are done (`create_agent` runs a turn's calls as parallel
 tasks: a sibling of a paused call may still be paying); when it ends another way (a
-pause for a human in the user's node, an exception there) when its writer is collected; at the latest it lapses `DEFAULT_LEASE_TTL` after the run's last
-step of ours renewed it. A lease that lapsed during a long model call is taken again at
-the next step, unless another run took the thread meanwhile: then this run stops
+pause for a human in the user's node, an exception there) when its writer is
+collected; at the latest it lapses `DEFAULT_LEASE_TTL` after the run's last step of
+ours renewed it. A lease that lapsed during a long model call is taken again at the
+next step, unless another run took the thread meanwhile: then this run stops
 (`ThreadLockLostError`).
 
 Not taken under LangGraph Server (it runs one run per thread itself:
