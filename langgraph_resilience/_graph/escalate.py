@@ -271,7 +271,7 @@ class EscalateNode(ResilienceNode):
                     informed[str(unknown)] = task_id
             updates[slot] = updated
         if aborted:  # nothing of this turn may stay unanswered once the task ends
-            self._end_replans(state, calls, updates, messages)
+            self._end_waiting(state, calls, updates, messages)
         delta: Tally = {"calls": updates, "events": {"escalation": len(waiting)}}
         if informed:
             delta["informed"] = informed
@@ -291,20 +291,26 @@ class EscalateNode(ResilienceNode):
         record["due"] = None  # run at once: next_step routes straight to tools
         record["approved"] = True  # a human vouched: an unknown outcome may rerun
 
-    def _end_replans(
+    def _end_waiting(
         self,
         state: Any,
         calls: Mapping[str, CallRecord],
         updates: dict[str, CallRecord],
         messages: list[AnyMessage],
     ) -> None:
-        """An aborted task answers the calls of this turn still waiting for a replan."""
+        """An aborted task answers every call of this turn still waiting: for a replan, a
+        repair, a retry (one a human let run again, before another call's abort)."""
         for slot in current_slots(state, self.messages_key):
-            left = calls.get(slot)
-            if left is not None and left["status"] == "replan" and left["error"]:
-                error = ToolError.model_validate(left["error"])
-                updates[slot] = {**left, "status": "failed"}
-                messages.append(_answered(error, Resolution(action="abort"), by="abort"))
+            left = updates.get(slot) or calls.get(slot)
+            if left is None or left["status"] not in _WAITING or not left["error"]:
+                continue
+            error = ToolError.model_validate(left["error"])
+            updates[slot] = {**left, "status": "failed", "due": None}
+            messages.append(_answered(error, Resolution(action="abort"), by="abort"))
+
+
+_WAITING = frozenset({"scheduled", "repair", "replan", "escalate"})
+"""Statuses of a call not answered yet: an aborted task answers them."""
 
 
 def _announce(thread_id: str, report: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.types import Command
 
 from langgraph_resilience import ToolError, tool_error_of
 from langgraph_resilience._graph.pending import answer_pending, route_entry
@@ -73,6 +74,31 @@ def test_a_new_message_instead_of_an_answer_abandons_the_escalation(runner: Runn
         "AIMessage",
     ]
     assert guarded.calls == 1
+
+
+def test_an_abort_answers_the_calls_a_human_let_run_again(runner: Runner) -> None:
+    """Two refunds of one turn wait for a human: the first is let run again, the second
+    aborts the task. The task ends there, so the first is answered as aborted too (not
+    left for the next input to find), and it never runs again."""
+    guarded = FaultyTool(refund, [Fault.status(403), Fault.status(403)])
+    h = build_graph(
+        [guarded],
+        [tool_calls(("refund", {"order_id": 7}), ("refund", {"order_id": 8})), text("ok")],
+        escalate=True,
+    )
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "refund orders 7 and 8")]}, config)
+    for action in ("retry", "abort"):
+        assert len(h.app.get_state(config).interrupts) == 1
+        runner.invoke(h.app, Command(resume={"action": action}), config)
+
+    state = h.app.get_state(config)
+    assert not state.next
+    messages = state.values["messages"]
+    assert provider_valid(messages)
+    answers = [tool_error_of(m) for m in messages if isinstance(m, ToolMessage)]
+    assert [a.context["human_decision"] for a in answers if a is not None] == ["abort", "abort"]
+    assert guarded.calls == 2
 
 
 class _Stop(BaseException):

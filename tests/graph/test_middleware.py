@@ -364,6 +364,28 @@ def test_an_escalation_interrupts_and_resumes_with_command(runner: Runner) -> No
     _every_call_answered_before_the_model(model)
 
 
+def test_an_abort_answers_the_calls_a_human_let_run_again(runner: Runner) -> None:
+    """The first of two escalated calls is let run again, the second aborts the task:
+    both are answered as aborted when the task ends, and neither runs again."""
+    faulty = FaultyTool(lookup, [Fault.status(403), Fault.status(403)])
+    agent, _, _ = _agent(
+        [faulty],
+        [tool_calls(("lookup", {"order_id": "A1"}), ("lookup", {"order_id": "A2"})), text("ok")],
+        escalate=True,
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("A1 and A2?")]}, config)
+    for action in ("retry", "abort"):
+        assert len(agent.get_state(config).interrupts) == 1
+        runner.invoke(agent, Command(resume={"action": action}), config)
+
+    state = agent.get_state(config)
+    assert not state.next
+    decided = [_envelope(m).context["human_decision"] for m in _answers(state.values)]
+    assert decided == ["abort", "abort"]
+    assert faulty.calls == 2
+
+
 def test_an_escalation_answered_with_edit_runs_the_edited_call(runner: Runner) -> None:
     seen: list[str] = []
 
