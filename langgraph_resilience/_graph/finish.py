@@ -612,8 +612,15 @@ def _answer_preflight(
         "error": error.model_dump(mode="json"),
         "call_id": error.call_id or "",
     }
+    if item.args is not None and "args" not in answered:
+        answered["args"] = dict(item.args)  # what the agent asked for, for a human to see
     if onward.route in ("replan", "escalate") and error.call_id:
         step.count(f"{onward.route}_needed")
+        if item.exhausted is not None:  # why it never ran, as `_carry_out` records it
+            context = {**error.context, "exhausted": item.exhausted}
+            answered["error"] = error.model_copy(update={"context": context}).model_dump(
+                mode="json"
+            )
         step.calls[slot] = {**answered, "status": onward.route}
         return
     step.count("gave_up")

@@ -122,6 +122,8 @@ class Preflight:
     """Arguments that are not JSON: reflection repair may still produce a valid call."""
     slot: str = ""
     """The call's slot in the tally."""
+    args: dict[str, Any] | None = None
+    """The arguments the call asked for (None: they did not parse), shown to a human."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -244,7 +246,8 @@ def plan_batch(cfg: ToolSettings, state: Any, *, upto: str | None = None) -> Bat
             pass
         elif not call_id or call_id in reused:  # ToolMessages could not tell them apart
             count = reused.get(call_id, 0)
-            batch.preflight.append(Preflight(call_id_error(call, count), slot=slot))
+            error = call_id_error(call, count)
+            batch.preflight.append(Preflight(error, slot=slot, args=call["args"]))
         else:
             _consider(cfg, batch, tally, slot, call, calls=calls, gone=gone, budget=budget)
         if upto is not None and call_id == upto and call_id not in reused:
@@ -283,7 +286,7 @@ def _consider(
     name = (record.get("served_by") if record is not None else None) or call["name"]
     if name not in cfg.tools:
         error = unknown_tool_error(name, list(cfg.tools), call_id=call_id)
-        batch.preflight.append(Preflight(error, slot=slot))
+        batch.preflight.append(Preflight(error, slot=slot, args=call["args"]))
         return
     args = dict(record["args"]) if record is not None and "args" in record else call["args"]
     key = call_key(name, args, noise_fields=cfg.policy.noise_fields)
@@ -295,7 +298,7 @@ def _consider(
     exhausted = _exhausted(cfg, batch, tally, budget[0])
     if exhausted is not None:
         error = last_error(record) or budget_error(call, exhausted)
-        batch.preflight.append(Preflight(error, exhausted, key, slot=slot))
+        batch.preflight.append(Preflight(error, exhausted, key, slot=slot, args=args))
         return
     budget[0] -= 1
     _to_run(cfg, batch, slot, {**call, "name": name, "args": args}, key=key, record=record)
@@ -394,7 +397,8 @@ def _is_loop(cfg: ToolSettings, batch: Batch, call: ToolCall, key: str, slot: st
     if loop is None:
         return False
     total = count + 1 + failures
-    batch.preflight.append(Preflight(loop_error(call, key, loop, total), "loop", key, slot=slot))
+    error = loop_error(call, key, loop, total)
+    batch.preflight.append(Preflight(error, "loop", key, slot=slot, args=call["args"]))
     return True
 
 
@@ -438,7 +442,7 @@ def _avoid_gone(
         call_id=call_id,
         rules=cfg.rules,
     )
-    batch.preflight.append(Preflight(error, slot=slot))
+    batch.preflight.append(Preflight(error, slot=slot, args=args))
     return None
 
 

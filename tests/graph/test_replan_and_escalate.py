@@ -447,3 +447,18 @@ def test_an_answer_meant_for_another_call_is_refused(runner: Runner) -> None:
     done = runner.invoke(h.app, Command(resume={**edit, "call_id": asked.value["call_id"]}), config)
     assert guarded.executions == 1
     assert done["messages"][-1].content == "refunded 40"
+
+
+def test_a_human_asked_about_a_call_that_never_ran_sees_its_arguments(
+    runner: Runner,
+) -> None:
+    """A call answered before it runs (here the third identical look-up, a loop) and
+    handed to a human: the question shows the arguments the agent asked for."""
+    ask = tool_calls(("get_weather", {"city": "Oslo"}))
+    h = build_graph([get_weather], [ask, ask, ask, text("ok")], escalate=True)
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "weather in Oslo?")]}, config)
+
+    [pending] = h.app.get_state(config).interrupts
+    assert pending.value["reason"] == "loop"
+    assert pending.value["args"] == {"city": "Oslo"}
