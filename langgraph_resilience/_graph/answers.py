@@ -67,10 +67,15 @@ class Raised:
     outcome is unknown."""
 
 
+def with_exhausted(error: ToolError, exhausted: ExhaustionReason) -> ToolError:
+    """The envelope, saying which budget or guard stopped the call."""
+    return error.model_copy(update={"context": {**error.context, "exhausted": exhausted}})
+
+
 def error_message(error: ToolError, *, exhausted: ExhaustionReason | None = None) -> ToolMessage:
     """The `ToolMessage` the model sees for a failure: content is the envelope JSON."""
     if exhausted is not None:
-        error = error.model_copy(update={"context": {**error.context, "exhausted": exhausted}})
+        error = with_exhausted(error, exhausted)
     return ToolMessage(
         content=error.model_dump_json(exclude_none=True),
         name=error.tool,

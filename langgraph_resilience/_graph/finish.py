@@ -23,6 +23,7 @@ from langgraph_resilience._graph.answers import (
     error_message,
     split_output,
     with_done_items,
+    with_exhausted,
     with_trail,
 )
 from langgraph_resilience._graph.mcp import skipped_message
@@ -180,8 +181,7 @@ def _finish_call(
 def _clean_first_try(
     cfg: ToolSettings, batch: Batch, call: ToolCall, message: ToolMessage | None
 ) -> bool:
-    """A new call that succeeded at its first execution, as issued: the common case,
-    whose record `is_clean` and the reducer would drop at once."""
+    """A new call that succeeded at its first execution, as issued (`is_clean`)."""
     return (
         message is not None
         and (call["id"] or "") not in batch.rerouted
@@ -455,8 +455,7 @@ def _carry_out(
         )
         record["status"] = decision.route
         if decision.exhausted is not None:
-            context = {**error.context, "exhausted": decision.exhausted}
-            record["error"] = error.model_copy(update={"context": context}).model_dump(mode="json")
+            record["error"] = with_exhausted(error, decision.exhausted).model_dump(mode="json")
     elif decision.route == "retry":
         step.count("retry_scheduled")
         attempt, delay = tool_attempts(record), round(decision.delay, 6)
@@ -603,6 +602,7 @@ def _answer_preflight(
     error, slot = item.error, item.slot
     previous = calls.get(slot)
     answered: CallRecord = {
+        **({"args": dict(item.args)} if item.args is not None else {}),  # type: ignore[typeddict-item]
         **(previous or {}),  # type: ignore[typeddict-item]
         "tool": error.tool or "",
         "key": item.key or (previous["key"] if previous else ""),
@@ -612,15 +612,10 @@ def _answer_preflight(
         "error": error.model_dump(mode="json"),
         "call_id": error.call_id or "",
     }
-    if item.args is not None and "args" not in answered:
-        answered["args"] = dict(item.args)  # what the agent asked for, for a human to see
     if onward.route in ("replan", "escalate") and error.call_id:
         step.count(f"{onward.route}_needed")
         if item.exhausted is not None:  # why it never ran, as `_carry_out` records it
-            context = {**error.context, "exhausted": item.exhausted}
-            answered["error"] = error.model_copy(update={"context": context}).model_dump(
-                mode="json"
-            )
+            answered["error"] = with_exhausted(error, item.exhausted).model_dump(mode="json")
         step.calls[slot] = {**answered, "status": onward.route}
         return
     step.count("gave_up")
