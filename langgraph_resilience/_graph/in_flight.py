@@ -30,7 +30,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal
 
-from langgraph_resilience.errors import AttemptAbandoned
+from langgraph_resilience.errors import AttemptAbandoned, ThreadLockLostError
 from langgraph_resilience.events import logger
 
 __all__ = [
@@ -139,8 +139,8 @@ def run_with_timeout(
             if on_late is not None and done.exception() is None:
                 try:
                     on_late(done.result())
-                except Exception:  # the ledger keeps the intent pending: reconciled later
-                    logger.warning("late outcome of %s could not be recorded", key)
+                except Exception as exc:
+                    _report_late(key, exc)
 
         future.add_done_callback(landed)
     raise AttemptAbandoned(timeout, grace=timeout)
@@ -193,9 +193,24 @@ def _keep_in_flight(
         if on_late is not None and not finished.cancelled() and finished.exception() is None:
             write = asyncio.ensure_future(on_late(finished.result()))
             _KEEP.add(write)
-            write.add_done_callback(_KEEP.discard)
+            write.add_done_callback(written)
+
+    def written(write: asyncio.Future[Any]) -> None:
+        _KEEP.discard(write)
+        if not write.cancelled() and (exc := write.exception()) is not None:
+            _report_late(key, exc)
 
     task.add_done_callback(landed)
+
+
+def _report_late(key: str, exc: BaseException) -> None:
+    """Say how a late outcome's write failed (nobody awaits it: the run is gone). A run
+    that lost its thread meanwhile still kept the outcome (an effect that ran is a
+    fact); any other failure leaves the intent pending, reconciled later."""
+    if isinstance(exc, ThreadLockLostError):
+        logger.info("late outcome of %s recorded; its run had lost the thread", key)
+    else:
+        logger.warning("late outcome of %s could not be recorded (%s)", key, type(exc).__name__)
 
 
 Settled = Literal["none", "ended", "running"]

@@ -4,6 +4,8 @@ run again, its late outcome is recorded, and it never keeps the process alive.""
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 import pathlib
 import subprocess
@@ -17,6 +19,8 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 
 from langgraph_resilience import ResiliencePolicy, ToolProfile, tool_error_of
+from langgraph_resilience._graph.in_flight import arun_with_timeout
+from langgraph_resilience.errors import ThreadLockLostError
 from langgraph_resilience.stores import EffectStatus, InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import text, tool_calls
@@ -207,3 +211,53 @@ def test_a_re_issue_after_the_late_outcome_landed_is_answered_from_it() -> None:
     assert "paid 5" in str(answers[1].content)
     assert bank.payments == [5]
     assert len(ledger.for_thread(thread_id)) == 2  # the re-issue's key records the same outcome
+
+
+@pytest.mark.parametrize(
+    ("refusal", "level", "said"),
+    [
+        (ThreadLockLostError("t-1", "outcome kept"), logging.INFO, "recorded; its run had lost"),
+        (OSError("ledger unreachable"), logging.WARNING, "could not be recorded (OSError)"),
+    ],
+    ids=["superseded", "unreachable"],
+)
+def test_a_late_outcome_the_ledger_refuses_is_logged_not_left_unretrieved(
+    refusal: Exception, level: int, said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancelled run leaves its side effect in flight; when it lands, its outcome is
+    written by a task nobody awaits. A refusal of that write (a successor took the
+    thread, which keeps the outcome; or the ledger is down) is logged once, never left
+    for asyncio to report as "Task exception was never retrieved" with a traceback.
+    (Seen cancelling random runs on AsyncPostgresSaver, as a server does.)"""
+
+    async def main() -> list[dict[str, Any]]:
+        unretrieved: list[dict[str, Any]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: unretrieved.append(ctx))
+        gate, landed = asyncio.Event(), asyncio.Event()
+
+        async def execute(_: Any) -> str:
+            await gate.wait()
+            return "paid 5"
+
+        async def on_late(_: Any) -> None:
+            landed.set()
+            raise refusal
+
+        run = asyncio.ensure_future(
+            arun_with_timeout(execute, None, None, key=f"k-{level}", on_late=on_late)
+        )
+        await asyncio.sleep(0)  # the run is now waiting on its effect
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        gate.set()
+        await asyncio.wait_for(landed.wait(), 10)
+        for _ in range(5):  # let the write's done-callback run
+            await asyncio.sleep(0)
+        gc.collect()  # an unretrieved exception is reported when its task is freed
+        return unretrieved
+
+    with caplog.at_level(logging.INFO, logger="langgraph_resilience"):
+        assert asyncio.run(main()) == []
+    [record] = [r for r in caplog.records if "late outcome" in r.getMessage()]
+    assert (record.levelno, said in record.getMessage()) == (level, True)
