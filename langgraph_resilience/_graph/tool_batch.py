@@ -295,7 +295,9 @@ def _consider(
         if admitted is None:
             return
         name, args, key = admitted
-    exhausted = _exhausted(cfg, batch, tally, budget[0])
+    # a human's retry or edit buys one more execution, past the task's budget too
+    vouched = record is not None and record.get("approved")
+    exhausted = None if vouched else _exhausted(cfg, batch, tally, budget[0])
     if exhausted is not None:
         error = last_error(record) or budget_error(call, exhausted)
         batch.preflight.append(Preflight(error, exhausted, key, slot=slot, args=args))

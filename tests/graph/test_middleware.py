@@ -636,3 +636,24 @@ def test_a_profile_for_an_unknown_tool_fails_loudly_before_any_tool_runs() -> No
     with pytest.raises(ConfigurationError, match=r"profiles name unknown tools \['lookpu'\]"):
         agent.invoke({"messages": [HumanMessage("A1?")]}, _config())
     assert faulty.calls == 0
+
+
+def test_a_humans_retry_runs_the_call_past_a_spent_task_budget(runner: Runner) -> None:
+    """Under create_agent too, a human's "retry" buys one more execution when the task's
+    tool budget is already spent, rather than asking the human again without running."""
+    faulty = FaultyTool(lookup, [Fault.status(403), Fault.status(403)])
+    agent, model, _ = _agent(
+        [faulty],
+        [tool_calls(("lookup", {"order_id": "A1"})), text("shipped")],
+        policy=ResiliencePolicy(max_attempts=1, max_tool_attempts=1),
+        escalate=True,
+    )
+    config = _config()
+    runner.invoke(agent, {"messages": [HumanMessage("A1?")]}, config)
+    for ran in (2, 3):
+        assert len(agent.get_state(config).interrupts) == 1
+        runner.invoke(agent, Command(resume={"action": "retry"}), config)
+        assert faulty.calls == ran
+    result = runner.invoke(agent, Command(resume={"action": "skip"}), config)
+    assert result["messages"][-1].content == "shipped"
+    _every_call_answered_before_the_model(model)

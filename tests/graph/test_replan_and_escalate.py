@@ -462,3 +462,37 @@ def test_a_human_asked_about_a_call_that_never_ran_sees_its_arguments(
     [pending] = h.app.get_state(config).interrupts
     assert pending.value["reason"] == "loop"
     assert pending.value["args"] == {"city": "Oslo"}
+
+
+@pytest.mark.parametrize(
+    "stop",
+    ["max_tool_attempts", "deadline"],
+)
+def test_a_humans_retry_runs_the_call_once_past_a_spent_task_budget(
+    runner: Runner, stop: str
+) -> None:
+    """The task's budget is spent when the human answers (its one tool attempt went to
+    the refused call, or its deadline passed while the human thought): "retry" still
+    runs the call once more, as an edit would. It used to be stopped before it ran and
+    put to the human again, unchanged, for as long as they kept answering "retry"."""
+    guarded = FaultyTool(refund, [Fault.status(403), Fault.status(403)])
+    spent = ResiliencePolicy(max_attempts=1, max_tool_attempts=1)
+    policy = spent if stop == "max_tool_attempts" else ResiliencePolicy(deadline=60)
+    h = build_graph(
+        [guarded],
+        [tool_calls(("refund", {"order_id": 7, "amount": 80.0})), text("could not refund")],
+        policy=policy,
+        escalate=True,
+    )
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "refund 80")]}, config)
+    for ran in (2, 3):  # each "retry" runs it; it is refused again, and asked again
+        [pending] = h.app.get_state(config).interrupts
+        assert pending.value["reason"] == "policy"
+        h.clock.advance(3600)  # an hour later: past any deadline
+        runner.invoke(h.app, Command(resume={"action": "retry"}), config)
+        assert guarded.calls == ran
+
+    done = runner.invoke(h.app, Command(resume={"action": "skip"}), config)
+    assert done["messages"][-1].content == "could not refund"
+    assert len(tool_messages(done)) == 1
