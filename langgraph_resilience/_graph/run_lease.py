@@ -21,7 +21,9 @@ run's other steps under way are done (`create_agent` runs a turn's calls as para
 tasks: a sibling of a paused call may still be paying); when it ends another way (a
 pause for a human in the user's node, an exception there) when its writer is
 collected; at the latest it lapses `DEFAULT_LEASE_TTL` after the run's last step of
-ours renewed it. A lease that lapsed during a long model call is taken again at the
+ours renewed it. A Postgres lease notes the checkpoint the run took it from, so the
+human's answer, in any process, takes over the lease of a run that paused since
+(`_pauses`). A lease that lapsed during a long model call is taken again at the
 next step, unless another run took the thread meanwhile: then this run stops
 (`ThreadLockLostError`).
 
@@ -45,14 +47,15 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_config
 from langgraph.runtime import get_runtime
 
 from langgraph_resilience.core.clock import SystemClock
-from langgraph_resilience.core.flow import adrive, drive
+from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 from langgraph_resilience.core.lease import DEFAULT_LEASE_TTL, renew_interval
 from langgraph_resilience.errors import ThreadBusyError, ThreadLockLostError
-from langgraph_resilience.stores.effect_ledger import EffectLedger
+from langgraph_resilience.stores.effect_ledger import EffectLedger, run_checkpointer
 from langgraph_resilience.stores.held import Fence, current_fence
 
 if TYPE_CHECKING:
@@ -220,11 +223,11 @@ class RunLeases:
         with self._steps_of(run, key).taking:
             held = self._mine(run, key)
             if held is None:
-                lease = _collected_first(lambda: _take(runner, key))
+                lease = _collected_first(lambda: _take(runner, key, config))
                 return self._keep(run, key, lease).lease
             if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
                 if not held.lease.renew():
-                    return self._retaken(run, key, held, runner)
+                    return self._retaken(run, key, held, runner, config)
                 held.renewed = time.monotonic()
             return held.lease
 
@@ -238,24 +241,26 @@ class RunLeases:
             held = self._mine(run, key)
             if held is None:
                 try:
-                    lease = await _atake(runner, key)
+                    lease = await _atake(runner, key, config)
                 except ThreadBusyError:
                     gc.collect()  # see _collected_first
                     await _areleased_collected()
-                    lease = await _atake(runner, key)
+                    lease = await _atake(runner, key, config)
                 return self._keep(run, key, lease).lease
             if time.monotonic() - held.renewed >= renew_interval(DEFAULT_LEASE_TTL):
                 lease = held.lease
                 renewed = lease.renew() if isinstance(lease, _Local) else await lease.arenew()
                 if not renewed:
-                    return self._retaken(run, key, held, runner)
+                    return self._retaken(run, key, held, runner, config)
                 held.renewed = time.monotonic()
             return held.lease
 
-    def _retaken(self, run: Any, key: str, held: _Held, runner: LeaseRunner | None) -> Fence:
+    def _retaken(
+        self, run: Any, key: str, held: _Held, runner: LeaseRunner | None, config: RunnableConfig
+    ) -> Fence:
         """A lease that lapsed: taken again if nobody took the thread meanwhile."""
         try:
-            lease = _take(runner, key)
+            lease = _take(runner, key, config)
         except ThreadBusyError as exc:
             raise ThreadLockLostError(key, "another run took the thread") from exc
         return self._keep(run, key, lease).lease
@@ -341,12 +346,16 @@ def _key(config: RunnableConfig) -> str | None:
     return str(thread_id) if not ns else f"{thread_id}|{ns}"
 
 
-def _take(runner: LeaseRunner | None, key: str) -> Lease | _Local:
-    return _LOCAL.take(key) if runner is None else drive(_acquire(runner, key), _REAL)
+def _take(runner: LeaseRunner | None, key: str, config: RunnableConfig) -> Lease | _Local:
+    if runner is None:
+        return _LOCAL.take(key)
+    return drive(_acquire(runner, key, config), _REAL)
 
 
-async def _atake(runner: LeaseRunner | None, key: str) -> Lease | _Local:
-    return _LOCAL.take(key) if runner is None else await adrive(_acquire(runner, key), _REAL)
+async def _atake(runner: LeaseRunner | None, key: str, config: RunnableConfig) -> Lease | _Local:
+    if runner is None:
+        return _LOCAL.take(key)
+    return await adrive(_acquire(runner, key, config), _REAL)
 
 
 def _collected_first(take: Callable[[], Lease | _Local]) -> Lease | _Local:
@@ -361,7 +370,7 @@ def _collected_first(take: Callable[[], Lease | _Local]) -> Lease | _Local:
         return take()
 
 
-def _acquire(runner: LeaseRunner, key: str) -> Any:
+def _acquire(runner: LeaseRunner, key: str, config: RunnableConfig) -> Flow[Lease]:
     """Take the thread's lease in the ledger's database. On a thread whose checkpoint
     write just failed the lease is given up here at once: the run taking it is the one
     that failed (its step ran beside the write), and the resume that follows takes the
@@ -369,12 +378,83 @@ def _acquire(runner: LeaseRunner, key: str) -> Any:
     # Only a Postgres ledger has a lease runner: an in-memory run never imports psycopg.
     from langgraph_resilience.stores.leases import acquire, failed_write  # noqa: PLC0415
 
+    since, ended = _pauses(config)
     lease = yield from acquire(
-        runner, key, ttl=DEFAULT_LEASE_TTL, wait=False, clock=_REAL, where="this run"
+        runner,
+        key,
+        ttl=DEFAULT_LEASE_TTL,
+        wait=False,
+        clock=_REAL,
+        where="this run",
+        since=since,
+        ended=ended,
     )
     if failed_write(key):
         lease.give_up()
     return lease
+
+
+def _pauses(config: RunnableConfig) -> tuple[str | None, Callable[[str], Call] | None]:
+    """The checkpoint this step runs from (a run's lease notes it), and how to tell
+    that the run holding the thread has paused since the checkpoint its lease notes.
+
+    A run that pauses for a human in a node of the user's (LangChain's
+    `HumanInTheLoopMiddleware` asks in its ``after_model``) does not tell the package
+    it ended, and its process may keep it (its writer) uncollected: its lease would
+    refuse the human's answer, sent to another worker, until it lapsed. A pause
+    leaves ``__interrupt__`` writes on the checkpoint its step ran from, and a paused
+    run runs no more: one newer than the holder's noted checkpoint proves it ended.
+    (A run resuming that pause notes that checkpoint or a later one, so a second
+    answer sent meanwhile still finds the thread busy.)"""
+    try:
+        info = get_runtime().execution_info
+    except RuntimeError:
+        return None, None
+    since = getattr(info, "checkpoint_id", None) or None
+    saver, conf = run_checkpointer(config), config.get("configurable") or {}
+    if since is None or not isinstance(saver, BaseCheckpointSaver):
+        return since, None
+    ns = str(conf.get("checkpoint_ns") or "").rpartition("|")[0]  # the graph's
+    thread: RunnableConfig = {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns}}
+    return since, lambda noted: Call(_paused_since, _apaused_since, (saver, thread, noted))
+
+
+_INTERRUPT = "__interrupt__"
+"""The channel of a pause in a checkpoint's pending writes: stored by every saver, so
+as fixed as the data already written."""
+_LOOKBACK = 32
+"""Checkpoints read back at most for a pause (a run's steps since its lease: few)."""
+
+
+def _paused_since(saver: BaseCheckpointSaver[Any], thread: RunnableConfig, noted: str) -> bool:
+    """Whether the thread paused after checkpoint `noted` (ids sort by time); if the
+    saver cannot tell, no: the lease then lapses by itself."""
+    try:
+        for found in saver.list(thread, limit=_LOOKBACK):
+            if found.checkpoint["id"] <= noted:
+                return False
+            if any(write[1] == _INTERRUPT for write in found.pending_writes or ()):
+                return True
+    except Exception:  # a saver that cannot list: as before, wait for the lapse
+        return False
+    return False
+
+
+async def _apaused_since(
+    saver: BaseCheckpointSaver[Any], thread: RunnableConfig, noted: str
+) -> bool:
+    """Async `_paused_since`; a sync-only saver is read in a worker thread."""
+    try:
+        async for found in saver.alist(thread, limit=_LOOKBACK):
+            if found.checkpoint["id"] <= noted:
+                return False
+            if any(write[1] == _INTERRUPT for write in found.pending_writes or ()):
+                return True
+    except NotImplementedError:
+        return await asyncio.to_thread(_paused_since, saver, thread, noted)
+    except Exception:
+        return False
+    return False
 
 
 def _give_back(lease: Lease | _Local) -> None:

@@ -1,7 +1,8 @@
 """The lease table's SQL: thread leases with fencing tokens, in single statements.
 
 One row per leased thread in ``lgr_thread_leases``: who holds it (``holder``, unique
-per acquisition), its fencing ``token`` (from one sequence, so a thread's tokens only
+per acquisition: ``host:pid:nonce``, and for a run's lease ``@`` the checkpoint its
+step ran from), its fencing ``token`` (from one sequence, so a thread's tokens only
 grow) and when it lapses (``expires_at``, on the database's clock). Every statement
 here is its own transaction (autocommit), never prepared and never relying on
 session state, so it means the same straight to PostgreSQL and through a

@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import psycopg
@@ -350,7 +350,7 @@ def _busy(thread_id: str, where: str, row: Mapping[str, Any] | None) -> ThreadBu
     """Who holds the thread, as precisely as the refusal said."""
     if row is None or row.get("holder") is None:
         return ThreadBusyError(thread_id, where)
-    holder, left = str(row["holder"]), row.get("expires_in")
+    holder, left = str(row["holder"]).partition("@")[0], row.get("expires_in")
     mine = " (another run in this process)" if holder.rsplit(":", 1)[0] == holder_prefix() else ""
     lapses = "" if left is None else f", lapses in {float(left):.1f}s unless renewed"
     return ThreadBusyError(thread_id, f"{where}; held by {holder}{mine}{lapses}")
@@ -364,15 +364,26 @@ def acquire(
     wait: bool | float,
     clock: Clock,
     where: str = "",
+    since: str | None = None,
+    ended: Callable[[str], Call] | None = None,
 ) -> Flow[Lease]:
     """Take the thread's lease: at once, or asking again until `wait` runs out
-    (`ThreadBusyError`). A database without the lease table gets it created first."""
+    (`ThreadBusyError`). A database without the lease table gets it created first.
+
+    A run's lease notes the checkpoint its step ran from (`since`, kept in ``holder``
+    after an ``@``); `ended` asks whether the thread shows that the run holding it
+    has ended since the checkpoint its own lease notes (it paused for a human): such
+    a lease is taken over at once, like a dead process's."""
     bound = wait_seconds(wait)
-    holder = f"{holder_prefix()}:{uuid.uuid4().hex[:12]}"
+    holder = f"{holder_prefix()}:{uuid.uuid4().hex[:12]}" + (f"@{since}" if since else "")
     params = {"thread_id": thread_id, "holder": holder, "ttl": ttl, "dead": None}
     _live(holder, thread_id)  # before the statement: it may take the lease unanswered
     try:
-        return (yield from _acquiring(runner, params, bound=bound, clock=clock, where=where))
+        return (
+            yield from _acquiring(
+                runner, params, bound=bound, clock=clock, where=where, ended=ended
+            )
+        )
     except BaseException:
         _live(holder, None)
         raise
@@ -385,11 +396,13 @@ def _acquiring(
     bound: float | None,
     clock: Clock,
     where: str,
+    ended: Callable[[str], Call] | None = None,
 ) -> Flow[Lease]:
     """`acquire`'s loop: ask, and ask again, until taken, refused for good, or failed."""
     thread_id, holder, ttl = str(params["thread_id"]), str(params["holder"]), params["ttl"]
     started: float = yield Call(clock.monotonic)
     attempt, failures, created = 0, 0, False
+    judged: set[str] = set()
     while True:
         sent = _since_boot()
         try:
@@ -418,6 +431,13 @@ def _acquiring(
         if row is not None and row["holder"] != params["dead"] and _gone(row["holder"]):
             params["dead"] = row["holder"]  # take it over now, not when it lapses
             continue
+        refused_by = None if row is None else str(row["holder"])
+        if ended is not None and refused_by is not None and refused_by not in judged:
+            judged.add(refused_by)  # asked once per holder, however long we wait
+            noted = _noted(refused_by)
+            if noted is not None and (yield ended(noted)):
+                params["dead"] = refused_by  # its run paused: take it over now
+                continue
         now: float = yield Call(clock.monotonic)
         left = None if bound is None else bound - (now - started)
         if left is not None and left <= 0:
@@ -425,6 +445,11 @@ def _acquiring(
         attempt += 1
         expires_in = None if row is None or row["expires_in"] is None else row["expires_in"]
         yield Sleep(poll_delay(attempt, expires_in=expires_in, left=left))
+
+
+def _noted(holder: str | None) -> str | None:
+    """The checkpoint a run's lease notes (see `acquire`), or None."""
+    return (holder or "").partition("@")[2] or None
 
 
 def _gone(holder: str | None) -> bool:
