@@ -422,8 +422,10 @@ def _pauses(config: RunnableConfig) -> tuple[str | None, Callable[[str], Call] |
 _INTERRUPT = "__interrupt__"
 """The channel of a pause in a checkpoint's pending writes: stored by every saver, so
 as fixed as the data already written."""
-_LOOKBACK = 32
-"""Checkpoints read back at most for a pause (a run's steps since its lease: few)."""
+_LOOKBACK = 6
+"""Checkpoints read back, newest first, for a pause: the pause is the last checkpoint
+the paused run wrote, and its answer's run writes one or two before its first step of
+ours. Each is read whole (its state too), so few."""
 
 
 def _paused_since(saver: BaseCheckpointSaver[Any], thread: RunnableConfig, noted: str) -> bool:
