@@ -13,7 +13,9 @@ The human answers with one of::
 
 ``retry`` and ``edit`` buy the call one more execution, even when the task's budget
 or deadline is spent (a person deciding is not the agent looping); a human vouches
-for an unknown outcome the same way. An invalid answer does not lose anything: the
+for an unknown outcome the same way. The thread's lifetime cap
+(``max_thread_tool_attempts``) is not theirs to lift: past it only skip and abort
+are offered. An invalid answer does not lose anything: the
 node interrupts again with the same request and an ``error`` explaining what was
 wrong; an ``edit`` whose arguments the tool's schema rejects (a wrong type, another
 tool's fields) is such an invalid answer, and so is one whose ``call_id`` names
@@ -94,12 +96,24 @@ def escalation_request(call_id: str, record: CallRecord, error: ToolError) -> di
         "envelope": redact_value(error.model_dump(mode="json")),
         "reason": error.context.get("exhausted") or error.failure_class.value,
         "options": {
-            "retry": {"action": "retry"},
-            "edit": {"action": "edit", "args": "<new arguments object>"},
+            **({} if _capped(error) else _RUN_AGAIN),
             "skip": {"action": "skip", "note": "<optional, shown to the agent>"},
             "abort": {"action": "abort", "note": "<optional>"},
         },
     }
+
+
+_RUN_AGAIN = {
+    "retry": {"action": "retry"},
+    "edit": {"action": "edit", "args": "<new arguments object>"},
+}
+_THREAD_CAP = "max_thread_tool_attempts"
+
+
+def _capped(error: ToolError) -> bool:
+    """Whether the thread's lifetime cap stopped the call: nothing of this thread may run
+    again, so a human is offered only skip and abort (a retry would be refused)."""
+    return error.context.get("exhausted") == _THREAD_CAP
 
 
 Check = Callable[[Resolution], str | None]
@@ -216,11 +230,18 @@ class EscalateNode(ResilienceNode):
             _announce(_thread_id(config), self.compensate(_thread_id(config), config))
         return update
 
-    def _check(self, record: CallRecord) -> Check:
-        """An edit must fit the schema of the tool that will run it."""
+    def _check(self, record: CallRecord, error: ToolError) -> Check:
+        """An edit must fit the schema of the tool that will run it; nothing runs again
+        past the thread's lifetime cap."""
         tool = self.tools_by_name.get(record.get("served_by") or record["tool"])
 
         def check(resolution: Resolution) -> str | None:
+            if resolution.action in _RUN_AGAIN and _capped(error):
+                cap = self.policy.max_thread_tool_attempts
+                return (
+                    f"the thread's lifetime cap ({_THREAD_CAP}={cap}) is spent, so no call "
+                    "of this thread can run again; answer skip or abort"
+                )
             if resolution.action != "edit" or resolution.args is None:
                 return None
             return edit_problem(tool, resolution.args)
@@ -257,7 +278,7 @@ class EscalateNode(ResilienceNode):
                 failure_class=error.failure_class.value,
             )
             request = escalation_request(call_id, record, error)
-            resolution = _ask(request, asked, self._check(record))
+            resolution = _ask(request, asked, self._check(record, error))
             emit(
                 Event("resolution", tool=record["tool"], call_id=call_id, action=resolution.action)
             )

@@ -296,8 +296,8 @@ def _consider(
             return
         name, args, key = admitted
     # a human's retry or edit buys one more execution, past the task's budget too
-    vouched = record is not None and record.get("approved")
-    exhausted = None if vouched else _exhausted(cfg, batch, tally, budget[0])
+    vouched = bool(record is not None and record.get("approved"))
+    exhausted = _exhausted(cfg, batch, tally, budget[0], vouched=vouched)
     if exhausted is not None:
         error = last_error(record) or budget_error(call, exhausted)
         batch.preflight.append(Preflight(error, exhausted, key, slot=slot, args=args))
@@ -449,14 +449,17 @@ def _avoid_gone(
 
 
 def _exhausted(
-    cfg: ToolSettings, batch: Batch, tally: Tally, budget_left: int
+    cfg: ToolSettings, batch: Batch, tally: Tally, budget_left: int, *, vouched: bool = False
 ) -> ExhaustionReason | None:
-    """The task budget (or the thread's lifetime cap) that stops a call from running."""
+    """The task budget (or the thread's lifetime cap) that stops a call from running. A
+    call a human let run again (`vouched`) passes the task's budget, not the thread's
+    cap: an operator's ceiling on what one thread may cost."""
     started_at = batch.task.get("started_at")
     deadline = cfg.policy.deadline_s
-    if deadline is not None and started_at is not None and batch.now - started_at >= deadline:
+    past = deadline is not None and started_at is not None and batch.now - started_at >= deadline
+    if past and not vouched:
         return "deadline"
-    if budget_left <= 0:
+    if budget_left <= 0 and not vouched:
         return "max_tool_attempts"
     lifetime = cfg.policy.max_thread_tool_attempts
     if lifetime is not None and int(tally.get("tool_attempts") or 0) + len(batch.runnable) >= (

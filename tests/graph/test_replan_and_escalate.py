@@ -496,3 +496,31 @@ def test_a_humans_retry_runs_the_call_once_past_a_spent_task_budget(
     done = runner.invoke(h.app, Command(resume={"action": "skip"}), config)
     assert done["messages"][-1].content == "could not refund"
     assert len(tool_messages(done)) == 1
+
+
+def test_past_the_threads_lifetime_cap_a_human_may_only_skip_or_abort(runner: Runner) -> None:
+    """The thread's lifetime cap is an operator's ceiling, not the task's budget: a human
+    asked about a call it stopped is offered skip and abort only, and a "retry" is
+    refused with the reason (the question stays, the call does not run)."""
+    guarded = FaultyTool(refund, [Fault.status(403)])
+    h = build_graph(
+        [guarded],
+        [tool_calls(("refund", {"order_id": 7, "amount": 80.0})), text("could not refund")],
+        policy=ResiliencePolicy(max_attempts=1, max_thread_tool_attempts=1),
+        escalate=True,
+    )
+    config = h.config()
+    runner.invoke(h.app, {"messages": [("user", "refund 80")]}, config)
+    runner.invoke(h.app, Command(resume={"action": "retry"}), config)  # the 403: let it run
+    [pending] = h.app.get_state(config).interrupts
+    assert pending.value["reason"] == "max_thread_tool_attempts"
+    assert set(pending.value["options"]) == {"skip", "abort"}
+
+    runner.invoke(h.app, Command(resume={"action": "retry"}), config)
+    [pending] = h.app.get_state(config).interrupts
+    assert "lifetime cap (max_thread_tool_attempts=1) is spent" in pending.value["error"]
+    assert guarded.calls == 1
+
+    done = runner.invoke(h.app, Command(resume={"action": "skip"}), config)
+    assert done["messages"][-1].content == "could not refund"
+    assert guarded.calls == 1
