@@ -15,12 +15,14 @@ The human answers with one of::
 or deadline is spent (a person deciding is not the agent looping); a human vouches
 for an unknown outcome the same way. The thread's lifetime cap
 (``max_thread_tool_attempts``) is not theirs to lift: past it only skip and abort
-are offered. An invalid answer does not lose anything: the
-node interrupts again with the same request and an ``error`` explaining what was
-wrong; an ``edit`` whose arguments the tool's schema rejects (a wrong type, another
-tool's fields) is such an invalid answer, and so is one whose ``call_id`` names
-another call than the request's (an answer is bound to its call, never applied to
-another). ``abort`` undoes the thread's recorded effects (async under ``ainvoke``).
+are offered.
+
+An invalid answer does not lose anything: the node interrupts again with the same
+request and an ``error`` explaining what was wrong; an ``edit`` whose arguments the
+tool's schema rejects (a wrong type, another tool's fields) is such an invalid
+answer, and so is one whose ``call_id`` names another call than the request's (an
+answer is bound to its call, never applied to another). ``abort`` undoes the
+thread's recorded effects (async under ``ainvoke``).
 """
 
 from __future__ import annotations

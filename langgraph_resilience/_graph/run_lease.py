@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.config import get_config
 from langgraph.runtime import get_runtime
 
@@ -433,10 +433,8 @@ def _paused_since(saver: BaseCheckpointSaver[Any], thread: RunnableConfig, noted
     saver cannot tell, no: the lease then lapses by itself."""
     try:
         for found in saver.list(thread, limit=_LOOKBACK):
-            if found.checkpoint["id"] <= noted:
-                return False
-            if any(write[1] == _INTERRUPT for write in found.pending_writes or ()):
-                return True
+            if (paused := _pause_at(found, noted)) is not None:
+                return paused
     except Exception:  # a saver that cannot list: as before, wait for the lapse
         return False
     return False
@@ -448,15 +446,21 @@ async def _apaused_since(
     """Async `_paused_since`; a sync-only saver is read in a worker thread."""
     try:
         async for found in saver.alist(thread, limit=_LOOKBACK):
-            if found.checkpoint["id"] <= noted:
-                return False
-            if any(write[1] == _INTERRUPT for write in found.pending_writes or ()):
-                return True
-    except NotImplementedError:
+            if (paused := _pause_at(found, noted)) is not None:
+                return paused
+    except NotImplementedError:  # BaseCheckpointSaver.alist of a sync-only saver
         return await asyncio.to_thread(_paused_since, saver, thread, noted)
     except Exception:
         return False
     return False
+
+
+def _pause_at(found: CheckpointTuple, noted: str) -> bool | None:
+    """One checkpoint, newest first: a pause after `noted` (True), back at `noted` with
+    none found (False), or read on (None)."""
+    if found.checkpoint["id"] <= noted:
+        return False
+    return True if any(write[1] == _INTERRUPT for write in found.pending_writes or ()) else None
 
 
 def _give_back(lease: Lease | _Local) -> None:
