@@ -249,8 +249,11 @@ def route_entry(state: Any, messages_key: str = "messages") -> Literal["pending"
     goes straight on: no extra step, and no checkpoint for it.
 
     Only the messages since the latest final answer (an assistant message without
-    calls) are read: every call before it was answered before that model call, and a
-    stopped run, a cancel or an abandoned escalation leaves its calls after it."""
+    calls) are read, and the assistant message it follows: every call before that was
+    answered before the model was asked, and a stopped run, a cancel or an abandoned
+    escalation leaves its calls after it. The one exception is a final answer the model
+    did not give, written right after calls left unanswered: an ``error_handler``'s
+    reply to our failed step, a message put in with ``update_state``."""
     plan = read_tally(state).get("plan")
     if plan is not None and plan.get("status") == "running":
         return "pending"
@@ -262,10 +265,28 @@ def route_entry(state: Any, messages_key: str = "messages") -> Literal["pending"
         if not isinstance(message, AIMessage):
             continue
         if not (message.tool_calls or message.invalid_tool_calls):
-            return "go"  # a final answer: the model was asked after every call before it
+            asked = _calls_before(messages, index)
+            if asked is None or not _pending_of(messages, asked[1], asked[0]):
+                return "go"  # a final answer given after every call before it
+            return "pending"
         if _pending_of(messages, message, index):
             return "pending"
     return "go"
+
+
+def _calls_before(messages: Sequence[AnyMessage], index: int) -> tuple[int, AIMessage] | None:
+    """The assistant message with calls (and its index) that the final answer at `index`
+    follows, past their answers and any other final answers; None when a message of
+    another kind comes first (the user's: a turn of its own)."""
+    for before in range(index - 1, -1, -1):
+        message = messages[before]
+        if isinstance(message, ToolMessage):
+            continue
+        if not isinstance(message, AIMessage):
+            return None
+        if message.tool_calls or message.invalid_tool_calls:
+            return before, message
+    return None
 
 
 class AnswerPendingNode(ResilienceNode):

@@ -1,20 +1,42 @@
 """Every assistant tool call is answered before the model is called again, on every path:
-an abandoned escalation, a run stopped during a backoff, new input on an interrupted thread."""
+an abandoned escalation, a run stopped during a backoff, new input on an interrupted thread,
+a reply an ``error_handler`` or ``update_state`` wrote after calls left unanswered."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import NodeError
+from langgraph.graph import END, StateGraph
 from langgraph.types import Command
 
-from langgraph_resilience import ToolError, tool_error_of
+from langgraph_resilience import (
+    ResilienceMiddleware,
+    ToolError,
+    ToolProfile,
+    add_resilience,
+    tool_error_of,
+)
 from langgraph_resilience._graph.pending import answer_pending, route_entry
 from langgraph_resilience._graph.state import empty_tally
-from langgraph_resilience.testing import FakeClock, Fault, FaultyTool, text, tool_calls
-from tests.conftest import Runner, build_graph
+from langgraph_resilience.core.backoff import LEDGER_RETRY_DELAYS
+from langgraph_resilience.stores.saga import InMemorySagaLog
+from langgraph_resilience.testing import (
+    FakeClock,
+    Fault,
+    FaultyTool,
+    ScriptedChatModel,
+    text,
+    tool_calls,
+)
+from tests.conftest import Runner, State, build_graph
+from tests.graph.test_ledger_failures import FlakyLedger
 
 
 def provider_valid(messages: list[BaseMessage]) -> bool:
@@ -211,6 +233,10 @@ def _call(call_id: str) -> AIMessage:
         ([_call("b"), ToolMessage("x", tool_call_id="b"), _call("c")], "pending"),
         ([_call("b"), ToolMessage("x", tool_call_id="b"), AIMessage("done")], "go"),
         ([AIMessage("done"), HumanMessage("next")], "go"),
+        # a final answer the model did not give, right after calls left unanswered
+        ([_call("b"), AIMessage("sorry"), HumanMessage("and?")], "pending"),
+        ([_call("b"), AIMessage("one"), AIMessage("two"), HumanMessage("and?")], "pending"),
+        ([_call("b"), ToolMessage("x", tool_call_id="b"), AIMessage("1"), AIMessage("2")], "go"),
     ],
 )
 def test_the_entry_finds_what_a_stopped_run_left_at_the_end_of_a_long_thread(
@@ -232,3 +258,85 @@ def test_the_entry_finds_what_a_stopped_run_left_at_the_end_of_a_long_thread(
         found = answer_pending(state["messages"], empty_tally())
         assert found is not None
         assert provider_valid(found[0])
+
+
+def test_an_error_handlers_reply_to_a_failed_step_is_answered_next_turn(runner: Runner) -> None:
+    """LangGraph's ``error_handler`` catches our step's failure (the ledger down, before
+    any effect) and writes a reply after the turn's calls, which stay unanswered. The next
+    turn answers them before the model is asked, and the refund asked again runs once."""
+    ledger, refunded = FlakyLedger(), []
+
+    @tool
+    def refund(order_id: int) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return f"refunded {order_id}"
+
+    def handler(state: State, error: NodeError) -> Command[Any]:
+        return Command(update={"messages": [AIMessage("sorry, try again later")]}, goto=END)
+
+    model = ScriptedChatModel(
+        responses=[
+            tool_calls(("refund", {"order_id": 7}), ("lookup", {"q": "7"})),
+            tool_calls(("refund", {"order_id": 7})),
+            text("refunded"),
+        ]
+    )
+    builder = StateGraph(State).set_node_defaults(error_handler=handler)
+    builder.add_node(
+        "agent",
+        RunnableLambda(
+            lambda s: {"messages": [model.invoke(s["messages"])]},
+            afunc=_async_agent(model),
+        ),
+    )
+    add_resilience(
+        builder,
+        agent="agent",
+        tools=[refund, lookup],
+        profiles={"refund": ToolProfile(side_effect=True)},
+        clock=FakeClock(),
+        idempotency=ledger,
+        saga=InMemorySagaLog(),
+    )
+    app = builder.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "handled"}}
+    ledger.failing["claim"] = len(LEDGER_RETRY_DELAYS) + 1  # outlasts our own retries
+
+    first = runner.invoke(app, {"messages": [("user", "refund order 7")]}, config)
+    assert first["messages"][-1].content == "sorry, try again later"
+    assert refunded == []
+
+    out = runner.invoke(app, {"messages": [HumanMessage("please try again")]}, config)
+
+    assert all(provider_valid(seen) for seen in model.received)
+    assert provider_valid(out["messages"])
+    assert refunded == [7]
+    assert out["messages"][-1].content == "refunded"
+
+
+def _async_agent(model: ScriptedChatModel) -> Any:
+    async def agent(state: State) -> dict[str, list[BaseMessage]]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    return agent
+
+
+def test_a_reply_put_in_after_unanswered_calls_is_answered_by_the_middleware(
+    runner: Runner,
+) -> None:
+    """An operator's ``update_state`` writes a final answer after calls a stopped run
+    left: create_agent's next turn answers them before the model is asked."""
+    model = ScriptedChatModel(responses=[text("back again")])
+    app = create_agent(
+        model, [lookup], middleware=[ResilienceMiddleware()], checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "edited"}}
+    left = [HumanMessage("look up a"), _call("a"), AIMessage("(edited by support)")]
+    app.update_state(config, {"messages": left}, as_node="model")
+
+    out = runner.invoke(app, {"messages": [HumanMessage("hello?")]}, config)
+
+    assert provider_valid(model.received[-1])
+    assert provider_valid(out["messages"])
+    assert out["messages"][-1].content == "back again"
