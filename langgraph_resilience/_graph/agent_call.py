@@ -6,11 +6,14 @@ its own: `GuardedToolNode`'s planning (`plan_batch`, cut to this call by
 `Batch.only`), its interception (breakers, exactly-once, one classification) with
 the agent's handler as the executor, and `finish_step`; a short backoff is retried
 inside the step (`inline_retry`), as in the node. The update carries the call's
-answer, or none while it waits for a recovery (its tally record says which).
+answer, or none while it waits for a recovery (its tally record says which). A turn
+`create_agent` ends after its tools (every call ``return_direct``) is a last step
+(`ToolSettings.last_step`): nothing waits for a later one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -25,7 +28,8 @@ from langgraph_resilience._graph.finish import finish_step
 from langgraph_resilience._graph.inline_retry import retried_in_step
 from langgraph_resilience._graph.run_lease import RUN_LEASES
 from langgraph_resilience._graph.scope import in_step, step_ledger
-from langgraph_resilience._graph.tool_batch import Batch, plan_batch
+from langgraph_resilience._graph.state import last_ai_message, read_messages
+from langgraph_resilience._graph.tool_batch import Batch, ToolSettings, plan_batch
 from langgraph_resilience._graph.tools import GuardedToolNode
 from langgraph_resilience.core.flow import Call, Flow, adrive, drive
 
@@ -60,15 +64,36 @@ def _step(
     task, without a round through ``before_model``."""
     if request.tool is not None:
         node.learn([request.tool])
-    once = functools.partial(_once, node, request, execute)
-    return _as_command((yield from retried_in_step(node.settings, request.state, once)))
+    settings = node.settings
+    if _returns_directly(node, request):
+        settings = dataclasses.replace(
+            settings, can_repair=False, can_replan=False, can_escalate=False, last_step=True
+        )
+    once = functools.partial(_once, node, settings, request, execute)
+    return _as_command((yield from retried_in_step(settings, request.state, once)))
+
+
+def _returns_directly(node: GuardedToolNode, request: ToolCallRequest) -> bool:
+    """Whether `create_agent` ends the run after this turn's tools: every call of the
+    turn names a tool of the agent's that returns directly (``return_direct``), so
+    ``before_model`` never comes back for a call left waiting."""
+    found = last_ai_message(read_messages(request.state, node.messages_key))
+    if found is None:
+        return False
+    tools = [_agent_tool(node, request, call["name"]) for call in found[1].tool_calls]
+    known = [tool for tool in tools if tool is not None]
+    return bool(known) and all(tool.return_direct for tool in known)
 
 
 def _once(
-    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any], state: Any
+    node: GuardedToolNode,
+    settings: ToolSettings,
+    request: ToolCallRequest,
+    execute: Callable[..., Any],
+    state: Any,
 ) -> Flow[Any]:
     """One run of the call's step on `state`: plan, intercept, finish, report."""
-    batch = _one(node, request, state)
+    batch = _one(settings, request, state)
     if batch is None:
         return None
     output: Any = {}
@@ -82,7 +107,7 @@ def _once(
                 functools.partial(node.awrap_tool_call, routed, _araising(execute)),
             )
         output, outcomes = _as_output(node, answer), scope.outcomes
-    update, reports = finish_step(node.settings, state, batch, output, outcomes)
+    update, reports = finish_step(settings, state, batch, output, outcomes)
     yield from node.guards.reports(reports)
     return update
 
@@ -123,9 +148,9 @@ def _rejected(request: ToolCallRequest, result: Any) -> Any:
     return result
 
 
-def _one(node: GuardedToolNode, request: ToolCallRequest, state: Any) -> Batch | None:
+def _one(settings: ToolSettings, request: ToolCallRequest, state: Any) -> Batch | None:
     call_id = request.tool_call["id"] or ""
-    batch = plan_batch(node.settings, state, upto=call_id or None)
+    batch = plan_batch(settings, state, upto=call_id or None)
     if batch is None:
         return None
     batch = batch.only(call_id)

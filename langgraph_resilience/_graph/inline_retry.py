@@ -80,18 +80,20 @@ def _retried(cfg: ToolSettings, state: Any, once: Once) -> Flow[Update]:
 def _short_wait(cfg: ToolSettings, total: Mapping[str, Any]) -> tuple[float, list[str]] | None:
     """The wait until the first retry the step scheduled (in any of its runs so far: the
     latest record of each call), when it is short enough to sleep in the step, with the
-    calls then due; else None."""
+    calls then due; else None. A last step (`ToolSettings.last_step`) sleeps any wait,
+    and runs a fallback (scheduled, due now) too."""
     calls = (total.get("resilience") or {}).get("calls") or {}
-    dues = [
+    waiting = [
         (record["due"], record.get("call_id") or slot)
         for slot, record in calls.items()
-        if record["status"] == "scheduled" and record["due"] is not None
+        if record["status"] == "scheduled" and (record["due"] is not None or cfg.last_step)
     ]
-    if not dues:
+    if not waiting:
         return None
     now = cfg.clock.time()
+    dues = [(now if due is None else due, call_id) for due, call_id in waiting]
     wait = max(0.0, min(due for due, _ in dues) - now)
-    if not retry_in_step(wait, cfg.policy):
+    if not (cfg.last_step or retry_in_step(wait, cfg.policy)):
         return None
     return wait, [call_id for due, call_id in dues if due - now <= wait]
 

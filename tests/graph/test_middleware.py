@@ -657,3 +657,43 @@ def test_a_humans_retry_runs_the_call_past_a_spent_task_budget(runner: Runner) -
     result = runner.invoke(agent, Command(resume={"action": "skip"}), config)
     assert result["messages"][-1].content == "shipped"
     _every_call_answered_before_the_model(model)
+
+
+@pytest.mark.parametrize(
+    ("faults", "options", "answer", "slept"),
+    [
+        # a Retry-After too long for the step in general: slept in it all the same
+        ([Fault.status(429, retry_after="5")], {}, "order A1: shipped", [5.0]),
+        # gone: its fallback serves the call in the step
+        (
+            [Fault.status(404)],
+            {"profiles": {"lookup": ToolProfile(fallback="lookup_backup")}},
+            "order A1: shipped (replica)",
+            [],
+        ),
+        # a refusal that would ask a human: answered with its envelope instead
+        ([Fault.status(403)], {"escalate": True}, '"failure_class":"policy"', []),
+    ],
+)
+def test_a_call_that_returns_directly_is_answered_in_its_step(
+    runner: Runner, faults: list[Fault], options: dict[str, Any], answer: str, slept: list[float]
+) -> None:
+    """create_agent ends the run after a turn whose calls all return directly, so
+    ``before_model`` never comes back for a call left waiting: its retry, whatever the
+    wait, and its fallback run in the step, and what needs a later step (a human, a
+    repair) is answered with the envelope. The run ends on the call's answer."""
+    direct = FaultyTool(lookup, faults, return_direct=True)
+    backup = FaultyTool(lookup_backup, [], return_direct=True)
+    agent, model, clock = _agent(
+        [direct, backup], [tool_calls(("lookup", {"order_id": "A1"})), text("never")], **options
+    )
+    config = _config()
+
+    result = runner.invoke(agent, {"messages": [HumanMessage("where is A1?")]}, config)
+
+    assert not agent.get_state(config).next
+    [reply] = _answers(result)
+    assert result["messages"][-1] == reply
+    assert answer in str(reply.content)
+    assert len(model.received) == 1
+    assert clock.sleeps == slept
