@@ -7,8 +7,8 @@ its own: `GuardedToolNode`'s planning (`plan_batch`, cut to this call by
 the agent's handler as the executor, and `finish_step`; a short backoff is retried
 inside the step (`inline_retry`), as in the node. The update carries the call's
 answer, or none while it waits for a recovery (its tally record says which). A turn
-`create_agent` ends after its tools (every call ``return_direct``) is a last step
-(`ToolSettings.last_step`): nothing waits for a later one.
+`create_agent` ends after its tools (every call ``return_direct``, or a structured
+response) is a last step (`ToolSettings.last_step`): nothing waits for a later one.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _step(
     if request.tool is not None:
         node.learn([request.tool])
     settings = node.settings
-    if _returns_directly(node, request):
+    if _ends_after_tools(node, request):
         settings = dataclasses.replace(
             settings, can_repair=False, can_replan=False, can_escalate=False, last_step=True
         )
@@ -73,16 +73,28 @@ def _step(
     return _as_command((yield from retried_in_step(settings, request.state, once)))
 
 
-def _returns_directly(node: GuardedToolNode, request: ToolCallRequest) -> bool:
-    """Whether `create_agent` ends the run after this turn's tools: every call of the
-    turn names a tool of the agent's that returns directly (``return_direct``), so
-    ``before_model`` never comes back for a call left waiting."""
-    found = last_ai_message(read_messages(request.state, node.messages_key))
+def _ends_after_tools(node: GuardedToolNode, request: ToolCallRequest) -> bool:
+    """Whether `create_agent` ends the run after this turn's tools, so ``before_model``
+    never comes back for a call left waiting (its own two rules): every call of the
+    turn names a tool of the agent's that returns directly (``return_direct``), or the
+    turn holds a structured response (a call naming none of its tools, answered, before
+    any tool ran, by the model step: ``response_format=ToolStrategy(...)``)."""
+    messages = read_messages(request.state, node.messages_key)
+    found = last_ai_message(messages)
     if found is None:
         return False
-    tools = [_agent_tool(node, request, call["name"]) for call in found[1].tool_calls]
-    known = [tool for tool in tools if tool is not None]
-    return bool(known) and all(tool.return_direct for tool in known)
+    index, ai = found
+    tools = {call["name"]: _agent_tool(node, request, call["name"]) for call in ai.tool_calls}
+    known = [tool for tool in tools.values() if tool is not None]
+    if known and all(tool.return_direct for tool in known):
+        return True
+    return any(
+        isinstance(message, ToolMessage)
+        and message.status != "error"
+        and message.name in tools
+        and tools[message.name] is None
+        for message in messages[index + 1 :]
+    )
 
 
 def _once(

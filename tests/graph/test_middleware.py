@@ -16,10 +16,12 @@ from langchain.agents.middleware import (
     SummarizationMiddleware,
     ToolCallLimitMiddleware,
 )
+from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from pydantic import BaseModel
 
 from langgraph_resilience import (
     ConfigurationError,
@@ -697,3 +699,31 @@ def test_a_call_that_returns_directly_is_answered_in_its_step(
     assert answer in str(reply.content)
     assert len(model.received) == 1
     assert clock.sleeps == slept
+
+
+class _Forecast(BaseModel):
+    city: str
+    temp: int
+
+
+def test_a_call_beside_a_structured_response_is_answered_in_its_step(runner: Runner) -> None:
+    """The model answers with the structured response and a tool call in one message:
+    create_agent ends the run after that tool, so its retry (a 429's 5 s) runs in the
+    step, and the thread never keeps the call unanswered."""
+    weather = FaultyTool(lookup, [Fault.status(429, retry_after="5")], name="weather")
+    forecast = ("_Forecast", {"city": "Oslo", "temp": 21})
+    model = ScriptedChatModel(responses=[tool_calls(("weather", {"order_id": "Oslo"}), forecast)])
+    clock = FakeClock()
+    agent = create_agent(
+        model,
+        [weather],
+        response_format=ToolStrategy(_Forecast),
+        middleware=[ResilienceMiddleware(clock=clock)],
+        checkpointer=InMemorySaver(),
+    )
+
+    result = runner.invoke(agent, {"messages": [HumanMessage("weather in Oslo?")]}, _config())
+
+    assert result["structured_response"] == _Forecast(city="Oslo", temp=21)
+    assert [m.content for m in _answers(result)][1:] == ["order Oslo: shipped"]
+    assert clock.sleeps == [5.0]
