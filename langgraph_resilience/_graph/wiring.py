@@ -86,6 +86,16 @@ def _check_names(
     roles: Sequence[str],
 ) -> dict[str, str]:
     names = {**DEFAULT_NODE_NAMES, **(node_names or {})}
+    applied = [
+        name for name, spec in builder.nodes.items() if isinstance(spec.runnable, SelfRouted)
+    ]
+    if applied:
+        raise ConfigurationError(
+            f"add_resilience was already applied to this graph (its tools node {applied[0]!r}): "
+            "a graph takes it once, for one agent (one entry, one tally a thread). For "
+            "several agents, give each a graph of its own with add_resilience, compile it "
+            "with checkpointer=True, and add it as a node of your parent graph"
+        )
     unknown_roles = set(names) - set(DEFAULT_NODE_NAMES)
     if unknown_roles:
         raise ConfigurationError(

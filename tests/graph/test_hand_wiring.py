@@ -1,11 +1,13 @@
 """The prebuilt nodes are public building blocks: a graph wired by hand from them alone
-(as LangGraph's `ToolNode` + `tools_condition`) recovers as `add_resilience`'s does."""
+(as LangGraph's `ToolNode` + `tools_condition`) recovers as `add_resilience`'s does; and
+several agents in one graph are each a resilient graph of their own."""
 
 from __future__ import annotations
 
 import random
 from typing import Any, Literal
 
+import pytest
 from langchain_core.messages import ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -13,12 +15,14 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langgraph_resilience import (
     AnswerPendingNode,
+    ConfigurationError,
     FailureClass,
     GuardedToolNode,
     RepairNode,
     ResiliencePolicy,
     ResilienceState,
     RetryNode,
+    ToolProfile,
     add_resilience,
     next_step,
     route_after_agent,
@@ -201,3 +205,62 @@ def test_rules_extend_the_built_in_table_on_a_hand_wired_node(runner: Runner) ->
     assert refused is not None
     assert refused.failure_class == "semantic"
     assert refused.suggested_action == "ask_user"
+
+
+@tool("search")
+def _search(q: str) -> str:
+    """Search the notes."""
+    return f"found {q}"
+
+
+def _echo(state: State) -> dict[str, Any]:
+    return {"messages": []}
+
+
+def test_a_second_add_resilience_on_one_graph_says_how_to_build_several_agents() -> None:
+    builder = StateGraph(State)
+    builder.add_node("researcher", _echo)
+    builder.add_node("writer", _echo)
+    add_resilience(builder, agent="researcher", tools=[_search])
+    with pytest.raises(ConfigurationError, match=r"already applied .*checkpointer=True"):
+        add_resilience(builder, agent="writer", tools=[_search], node_names={"tools": "w_tools"})
+
+
+def test_several_agents_are_each_a_resilient_graph_of_their_own(runner: Runner) -> None:
+    """A researcher and a writer, each compiled with add_resilience, as the nodes of one
+    parent graph: the researcher's 503 is retried, the writer's payment runs once a
+    turn, and every call of both is answered."""
+    flaky = FaultyTool(_search, [Fault.status(503)])
+    paid: list[str] = []
+
+    @tool
+    def pay(item: str) -> str:
+        """Pay for an item."""
+        paid.append(item)
+        return f"paid {item}"
+
+    def agent(name: str, tools: list[Any], calls: Any, **options: Any) -> Any:
+        model = ScriptedChatModel(responses=[calls, text(f"{name} done")] * 2)
+        graph = StateGraph(State)
+        graph.add_node(name, lambda state: {"messages": [model.invoke(state["messages"])]})
+        add_resilience(graph, agent=name, tools=tools, clock=FakeClock(), **options)
+        return graph.compile(checkpointer=True)
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("researcher", agent("researcher", [flaky], tool_calls(("search", {"q": "a"}))))
+    profiles = {"pay": ToolProfile(side_effect=True)}
+    parent.add_node(
+        "writer", agent("writer", [pay], tool_calls(("pay", {"item": "a"})), profiles=profiles)
+    )
+    parent.add_edge(START, "researcher")
+    parent.add_edge("researcher", "writer")
+    parent.add_edge("writer", END)
+    app = parent.compile(checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "two-agents"}}
+
+    for ask in ("first", "second"):
+        out = runner.invoke(app, {"messages": [("user", ask)]}, config)
+
+    answers = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert answers == ["found a", "paid a"] * 2
+    assert (flaky.calls, paid) == (3, ["a", "a"])
