@@ -198,10 +198,15 @@ def _as_output(node: GuardedToolNode, answer: Answer) -> Any:
 
 def _as_command(update: Any) -> Command[Any]:
     """The step's update as one `Command`; a tool's own `Command` (which answered the
-    call itself) keeps its update and goto, with the tally delta added."""
+    call itself) keeps its update and goto, with the tally delta added. A `Command` to
+    the parent graph (a handoff to another agent) goes there as the tool gave it: the
+    parent has no tally to add to, and this graph's turn ends with it."""
     if not isinstance(update, list):
         return Command(update=update)
     *theirs, ours = update
+    for command in theirs:
+        if command.graph == Command.PARENT:
+            return command
     merged: dict[str, Any] = {}
     goto: Any = ()
     for command in theirs:

@@ -39,6 +39,7 @@ from langgraph_resilience.testing import (
     tool_calls,
 )
 from tests.conftest import Runner
+from tests.graph.test_middleware import transfer_to_writer
 
 
 class State(MessagesState, ResilienceState):
@@ -264,3 +265,26 @@ def test_several_agents_are_each_a_resilient_graph_of_their_own(runner: Runner) 
     answers = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
     assert answers == ["found a", "paid a"] * 2
     assert (flaky.calls, paid) == (3, ["a", "a"])
+
+
+def test_a_handoff_from_a_resilient_agent_reaches_the_parent_graph(runner: Runner) -> None:
+    """A handoff tool's `Command` to the parent graph (langgraph-swarm's) goes there."""
+    model = ScriptedChatModel(responses=[tool_calls(("transfer_to_writer", {}))])
+    researcher = StateGraph(State)
+    researcher.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    add_resilience(researcher, agent="agent", tools=[transfer_to_writer], clock=FakeClock())
+    writer = ScriptedChatModel(responses=[text("writer here")])
+    parent = StateGraph(State)
+    parent.add_node("researcher", researcher.compile(), destinations=("writer",))
+    parent.add_node("writer", lambda state: {"messages": [writer.invoke(state["messages"])]})
+    parent.add_edge(START, "researcher")
+    parent.add_edge("writer", END)
+    app = parent.compile(checkpointer=InMemorySaver())
+
+    out = runner.invoke(app, {"messages": [("user", "write me a poem")]}, _config_of("handoff"))
+
+    assert [m.content for m in out["messages"][1:]] == ["Transferred to writer", "writer here"]
+
+
+def _config_of(thread: str) -> Any:
+    return {"configurable": {"thread_id": thread}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import uuid
 import weakref
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
@@ -18,8 +18,9 @@ from langchain.agents.middleware import (
 )
 from langchain.agents.structured_output import ToolStrategy
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
 from pydantic import BaseModel
 
@@ -727,3 +728,29 @@ def test_a_call_beside_a_structured_response_is_answered_in_its_step(runner: Run
     assert result["structured_response"] == _Forecast(city="Oslo", temp=21)
     assert [m.content for m in _answers(result)][1:] == ["order Oslo: shipped"]
     assert clock.sleeps == [5.0]
+
+
+@tool
+def transfer_to_writer(tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+    """Hand the conversation to the writer."""
+    done = ToolMessage("Transferred to writer", tool_call_id=tool_call_id)
+    return Command(goto="writer", graph=Command.PARENT, update={"messages": [done]})
+
+
+def test_a_handoff_to_another_agent_reaches_the_parent_graph(runner: Runner) -> None:
+    """A multi-agent graph (langgraph-swarm's and -supervisor's handoff tools): the
+    tool's `Command` to the parent graph goes there, and the writer takes over. It was
+    turned into a `Command` inside the researcher's graph, whose handoff went nowhere."""
+    researcher, model, _ = _agent([transfer_to_writer], [tool_calls(("transfer_to_writer", {}))])
+    writer = create_agent(ScriptedChatModel(responses=[text("writer here")]), [])
+    parent = StateGraph(MessagesState)
+    parent.add_node("researcher", researcher, destinations=("writer",))
+    parent.add_node("writer", writer)
+    parent.add_edge(START, "researcher")
+    parent.add_edge("writer", END)
+    app = parent.compile(checkpointer=InMemorySaver())
+
+    out = runner.invoke(app, {"messages": [HumanMessage("write me a poem")]}, _config())
+
+    assert [m.content for m in out["messages"][1:]] == ["Transferred to writer", "writer here"]
+    assert len(model.received) == 1
