@@ -204,9 +204,9 @@ def _as_command(update: Any) -> Command[Any]:
     if not isinstance(update, list):
         return Command(update=update)
     *theirs, ours = update
-    for command in theirs:
-        if command.graph == Command.PARENT:
-            return command
+    handoff = next((c for c in theirs if c.graph == Command.PARENT), None)
+    if isinstance(handoff, Command):
+        return handoff
     merged: dict[str, Any] = {}
     goto: Any = ()
     for command in theirs:
