@@ -91,11 +91,11 @@ def _short_wait(cfg: ToolSettings, total: Mapping[str, Any]) -> tuple[float, lis
     if not waiting:
         return None
     now = cfg.clock.time()
-    dues = [(now if due is None else due, call_id) for due, call_id in waiting]
-    wait = max(0.0, min(due for due, _ in dues) - now)
+    first = min(now if due is None else due for due, _ in waiting)  # None: a fallback, due now
+    wait = max(0.0, first - now)
     if not (cfg.last_step or retry_in_step(wait, cfg.policy)):
         return None
-    return wait, [call_id for due, call_id in dues if due - now <= wait]
+    return wait, [call_id for due, call_id in waiting if due is None or due - now <= wait]
 
 
 def _parts(update: Update) -> tuple[list[Command[Any]], dict[str, Any]]:
