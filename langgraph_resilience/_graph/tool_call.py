@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import ToolCall, ToolMessage
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, StructuredTool, Tool
 from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
@@ -316,6 +316,7 @@ class CallInterceptor:
     ) -> Answer:
         """Sync interception of one call (ToolNode's ``wrap_tool_call``)."""
         call = request.tool_call
+        _check_sync(request.tool)
         keep(request, execute)
 
         def run(req: ToolCallRequest) -> Call:
@@ -382,6 +383,16 @@ class _Verdict:
         envelope = self(exc)
         return envelope.failure_class is FailureClass.UNKNOWN or bool(
             envelope.context.get("maybe_executed")
+        )
+
+
+def _check_sync(tool: BaseTool | None) -> None:
+    """An async-only tool run by a sync graph run is the setup's error, never the tool's
+    failure (it cannot run: a side effect would be claimed, then told it may have run)."""
+    if isinstance(tool, StructuredTool | Tool) and tool.func is None and tool.coroutine:
+        raise ConfigurationError(
+            f"tool {tool.name!r} has only an async body: run the graph with ainvoke or "
+            "astream, or give the tool a sync function too"
         )
 
 

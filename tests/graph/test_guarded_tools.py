@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -14,6 +15,7 @@ from langgraph.prebuilt import ToolNode
 
 from langgraph_resilience import (
     EVENT_KEY,
+    ConfigurationError,
     FailureClass,
     ResiliencePolicy,
     ToolProfile,
@@ -297,3 +299,30 @@ def test_route_event_accounts_for_siblings_still_waiting(runner: Runner) -> None
 
     routes = [c["to"] for c in chunks if c[EVENT_KEY] == "route"]
     assert routes == ["retry", "retry", "agent"]
+
+
+def test_an_async_only_tool_under_invoke_is_a_setup_error_not_a_failure() -> None:
+    """Plain LangGraph raises for it; it used to be classified as the tool's failure of
+    unknown outcome, and a payment was claimed, then told it may have been made. It is
+    a typed error before any claim, and the run resumed with ainvoke pays once."""
+    paid: list[int] = []
+
+    @tool
+    async def pay(amount: int) -> str:
+        """Pay."""
+        paid.append(amount)
+        return f"paid {amount}"
+
+    h = build_graph(
+        [pay],
+        [tool_calls(("pay", {"amount": 5})), text("done")],
+        profiles={"pay": ToolProfile(side_effect=True)},
+    )
+    config = h.config()
+    with pytest.raises(ConfigurationError, match=r"'pay' has only an async body.*ainvoke"):
+        h.app.invoke({"messages": [("user", "pay 5")]}, config)
+
+    out = asyncio.run(h.app.ainvoke(None, config))
+
+    assert paid == [5]
+    assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)] == ["paid 5"]
