@@ -78,9 +78,10 @@ class ToolSettings:
     server_of: Callable[[str], str | None] = lambda tool: None
     """The MCP server serving a tool, or None (not an MCP tool)."""
     last_step: bool = False
-    """The graph ends after this step (`create_agent` when every call of the turn
-    returns directly): nothing comes back for a waiting call, so the step runs each
-    retry and fallback itself, whatever the wait (repair, replan and a human are off)."""
+    """The graph ends after this step (`create_agent`'s turn whose calls all return
+    directly, or that holds its structured response): nothing comes back for a waiting
+    call, so the step runs each retry and fallback itself, whatever the wait (repair,
+    replan and a human are off)."""
 
     def max_attempts(self, tool: str) -> int:
         """The tool's `max_attempts`: its profile's, else the policy's."""
