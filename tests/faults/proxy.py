@@ -338,6 +338,14 @@ class PgProxy:
             self._reopen = None
         self._listening.clear()
         if self._server is not None:
+            loop = asyncio.get_running_loop()
+            for sock in self._server.sockets:
+                loop.remove_reader(sock.fileno())  # accept no more
+            # A connection accepted just now attaches to the server in its own task, and
+            # CPython 3.11 drops its transport, socket open, if the server closed first: a
+            # ResourceWarning in whichever test collects it. Let those tasks run first.
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
             self._server.close()  # the listening socket: new connections are refused
             self._server = None
         dropped = await self._drop()
