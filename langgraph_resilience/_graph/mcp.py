@@ -22,10 +22,10 @@ import functools
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from langchain_core.messages import BaseMessage, HumanMessage, ToolCall, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.tools import BaseTool, StructuredTool, Tool
 
 from langgraph_resilience._graph.exactly_once import key_in_effect, storable
 from langgraph_resilience.core.canonical import canonical_args
@@ -46,6 +46,7 @@ __all__ = [
     "SERVER_KEY",
     "ToldOnce",
     "aload_mcp_tools",
+    "async_only",
     "is_error_of",
     "load_mcp_tools",
     "mcp_server_of",
@@ -163,9 +164,14 @@ def tag_tool(tool: BaseTool, server: str) -> BaseTool:
     """Tag an MCP tool with its server (its breaker is then the server's) and give an
     async-only tool a sync body."""
     tool.metadata = {**(tool.metadata or {}), SERVER_KEY: server}
-    if isinstance(tool, StructuredTool) and tool.func is None and tool.coroutine is not None:
+    if async_only(tool) and tool.coroutine is not None:
         tool.func = _sync_body(tool.coroutine)
     return tool
+
+
+def async_only(tool: BaseTool | None) -> TypeGuard[StructuredTool | Tool]:
+    """Whether `tool` has an async body and no sync one (``async def`` under ``@tool``)."""
+    return isinstance(tool, StructuredTool | Tool) and tool.func is None and bool(tool.coroutine)
 
 
 def _sync_body(coroutine: Callable[..., Awaitable[Any]]) -> Callable[..., Any]:

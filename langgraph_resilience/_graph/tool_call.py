@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.messages import ToolCall, ToolMessage
-from langchain_core.tools import BaseTool, StructuredTool, Tool
+from langchain_core.tools import BaseTool
 from langgraph.errors import GraphBubbleUp, is_invalid_resume
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command
@@ -49,6 +49,7 @@ from langgraph_resilience._graph.exactly_once import (
 from langgraph_resilience._graph.mcp import (
     ToldOnce,
     already_told,
+    async_only,
     is_error_of,
     skipped_message,
 )
@@ -389,7 +390,7 @@ class _Verdict:
 def _check_sync(tool: BaseTool | None) -> None:
     """An async-only tool run by a sync graph run is the setup's error, never the tool's
     failure (it cannot run: a side effect would be claimed, then told it may have run)."""
-    if isinstance(tool, StructuredTool | Tool) and tool.func is None and tool.coroutine:
+    if async_only(tool):
         raise ConfigurationError(
             f"tool {tool.name!r} has only an async body: run the graph with ainvoke or "
             "astream, or give the tool a sync function too"
