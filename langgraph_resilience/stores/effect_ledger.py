@@ -206,7 +206,7 @@ class LedgerResolver:
             path = await _asqlite_file(checkpointer)
             if not path:  # an in-memory database: as durable as this process
                 return self._local, False
-            return await asyncio.to_thread(self._sqlite_ledger, path)
+            return await asyncio.to_thread(self._sqlite_ledger, path, checkpointer)
         return await asyncio.to_thread(self._choose, checkpointer)
 
     def _choose(self, checkpointer: Any) -> tuple[EffectLedger, bool]:
@@ -216,7 +216,8 @@ class LedgerResolver:
             return self._with_explicit(attached), False
         beside = _persisted_file(checkpointer)
         if beside:
-            return self._sqlite_ledger(os.path.join(os.path.dirname(beside), LEDGER_FILE))
+            ledger_file = os.path.join(os.path.dirname(beside), LEDGER_FILE)
+            return self._sqlite_ledger(ledger_file, checkpointer)
         if type(checkpointer) is InMemorySaver:
             own = InMemoryIdempotencyStore(thread_alive=_in_saver(checkpointer))
             return self._with_explicit(EffectLedger(own, self._local.saga)), False
@@ -262,7 +263,7 @@ class LedgerResolver:
                 ) from exc
             if not path:  # an in-memory database: as durable as this process
                 return self._local, False
-            return self._sqlite_ledger(path)
+            return self._sqlite_ledger(path, checkpointer)
         raise ConfigurationError(
             f"a tool has ToolProfile(side_effect=True) and the graph runs on "
             f"{type(checkpointer).__name__}, next to which this package cannot keep a durable "
@@ -271,17 +272,25 @@ class LedgerResolver:
             "PostgresIdempotencyStore(pool) / PostgresSagaLog(pool) after .setup())"
         )
 
-    def _sqlite_ledger(self, path: str) -> tuple[EffectLedger, bool]:
+    def _sqlite_ledger(self, path: str, owner: Any) -> tuple[EffectLedger, bool]:
+        """Our tables in the SQLite file at `path`, on two connections of ours, closed
+        when `owner` (the checkpointer) goes: nothing else closes them, and Python 3.13
+        warns of a connection collected open."""
         from langgraph_resilience.stores.sqlite import (  # noqa: PLC0415 (see _is)
             SqliteIdempotencyStore,
             SqliteSagaLog,
             sqlite_connect,
         )
 
-        built = EffectLedger(
-            SqliteIdempotencyStore(sqlite_connect(path)), SqliteSagaLog(sqlite_connect(path))
-        )
+        conns = (sqlite_connect(path), sqlite_connect(path))
+        weakref.finalize(owner, _close_all, conns)
+        built = EffectLedger(SqliteIdempotencyStore(conns[0]), SqliteSagaLog(conns[1]))
         return self._with_explicit(built), True
+
+
+def _close_all(conns: tuple[sqlite3.Connection, ...]) -> None:
+    for conn in conns:
+        conn.close()
 
 
 def _persisted_file(checkpointer: Any) -> str:

@@ -11,6 +11,7 @@ here, at the point of the scenario they inspect.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import json
 import os
@@ -95,7 +96,7 @@ def state_file(state: pathlib.Path) -> pathlib.Path:
 
 def effects_in_sqlite(state: pathlib.Path, thread_id: str) -> list[tuple[str, str]]:
     """The demo back office's log: one (kind, idempotency key) row per execution."""
-    with sqlite3.connect(state_file(state)) as conn:
+    with contextlib.closing(sqlite3.connect(state_file(state))) as conn:
         rows = conn.execute(
             "SELECT kind, idempotency_key FROM lgr_demo_effects WHERE thread_id = ? ORDER BY id",
             (thread_id,),

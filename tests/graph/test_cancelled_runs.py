@@ -9,6 +9,7 @@ the call from the ledger (its result, or UNKNOWN while it is still running), nev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from typing import Any
@@ -119,7 +120,7 @@ async def test_a_file_backed_in_memory_saver_gets_a_ledger_file_beside_it(tmp_pa
         checkpointer=_file_backed_saver(tmp_path),
     )
     await h.app.ainvoke({"messages": [("user", "refund A1")]}, h.config())
-    with sqlite3.connect(tmp_path / LEDGER_FILE) as check:
+    with contextlib.closing(sqlite3.connect(tmp_path / LEDGER_FILE)) as check:
         rows = check.execute("SELECT tool, status FROM lgr_idempotency").fetchall()
     assert rows == [("refund", "done")]
 
