@@ -4,6 +4,7 @@ carried in ``_meta`` and deduplicated by the server, a refusal settled as not do
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pathlib
 from typing import Any
@@ -90,9 +91,8 @@ def test_the_key_travels_in_meta_and_the_server_runs_it_once(
     )
     out = runner.invoke(h.app, {"messages": [("user", "charge")]}, h.config())
     assert text_of(answers(out)[-1]) == "charged 5.0 on A7"
-    [record] = SqliteIdempotencyStore(sqlite_connect(str(ledger_file(marker)))).for_thread(
-        "mcp:charge"
-    )
+    with contextlib.closing(sqlite_connect(str(ledger_file(marker)))) as conn:
+        [record] = SqliteIdempotencyStore(conn).for_thread("mcp:charge")
     assert record.key.startswith("weather_charge:")
     assert record.status == "done"
 
