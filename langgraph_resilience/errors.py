@@ -279,7 +279,9 @@ class StepNotSavedError(ResilienceError):
             f"{seconds:g}s, so the side effect was not run (a crash could lose the call "
             "that asked for it); check the checkpointer's database, then resume the thread. "
             "Under durability='exit' nothing is saved before the run ends: run a graph "
-            "with side effects with durability='sync' or 'async'"
+            "with side effects with durability='sync' or 'async'. A subgraph compiled with "
+            "checkpointer=False saves nothing either, though its parent saves: compile it "
+            "with checkpointer=None to save its steps under the parent's thread"
         )
         self.tool = tool
 

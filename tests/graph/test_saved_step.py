@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, ToolCall, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import (
     Checkpoint,
@@ -27,14 +27,14 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.runtime import ExecutionInfo
 
-from langgraph_resilience import ResilienceMiddleware, ToolProfile
+from langgraph_resilience import ResilienceMiddleware, ToolProfile, add_resilience
 from langgraph_resilience._graph import saved_step
 from langgraph_resilience._graph.saved_step import SavedStep, step_to_save
 from langgraph_resilience.errors import StepNotSavedError
 from langgraph_resilience.stores import InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
-from tests.conftest import build_graph
+from tests.conftest import State, build_graph
 
 
 class DiskSaver(InMemorySaver):
@@ -277,6 +277,58 @@ def test_durability_exit_stops_the_effect_unrun(mode: str, monkeypatch: pytest.M
     assert payments == []
 
     _run(app, None, config, mode, durability="sync")
+    assert payments == ["5"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_subgraph_compiled_without_checkpoints_is_told_to_inherit(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child agent compiled with checkpointer=False, run inside a node of a parent
+    that saves: LangGraph hands the child's tasks the parent's saver but saves none of
+    the child's steps, so no public value tells it from a late save. Its side effect
+    stops unrun and the error names the fix; compiled with checkpointer=None, the child
+    saves under its parent's thread and pays once."""
+    monkeypatch.setattr(saved_step, "SAVE_WAIT", 0.05)
+    payments: list[str] = []
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay."""
+        payments.append(str(amount))
+        return f"paid {amount}"
+
+    def parent(child_checkpointer: Any) -> Any:
+        model = ScriptedChatModel(responses=[tool_calls(("pay", {"amount": 5})), text("done")])
+        child = StateGraph(State)
+        child.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+        add_resilience(
+            child,
+            agent="agent",
+            tools=[pay],
+            profiles={"pay": ToolProfile(side_effect=True)},
+            idempotency=InMemoryIdempotencyStore(),
+            saga=InMemorySagaLog(),
+        )
+        agent = child.compile(checkpointer=child_checkpointer)
+
+        def ask(state: MessagesState) -> dict[str, Any]:
+            return {"messages": agent.invoke({"messages": state["messages"]})["messages"]}
+
+        async def aask(state: MessagesState) -> dict[str, Any]:
+            return {"messages": (await agent.ainvoke({"messages": state["messages"]}))["messages"]}
+
+        graph = StateGraph(MessagesState)
+        graph.add_node("ask", RunnableLambda(ask, afunc=aask))
+        graph.add_edge(START, "ask")
+        return graph.compile(checkpointer=DiskSaver())
+
+    config = {"configurable": {"thread_id": "t"}}
+    with pytest.raises(StepNotSavedError, match=r"checkpointer=False.*checkpointer=None"):
+        _run(parent(False), {"messages": [("user", "pay")]}, config, mode)
+    assert payments == []
+
+    _run(parent(None), {"messages": [("user", "pay")]}, config, mode)
     assert payments == ["5"]
 
 
