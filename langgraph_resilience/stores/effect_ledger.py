@@ -282,15 +282,11 @@ class LedgerResolver:
             sqlite_connect,
         )
 
-        conns = (sqlite_connect(path), sqlite_connect(path))
-        weakref.finalize(owner, _close_all, conns)
-        built = EffectLedger(SqliteIdempotencyStore(conns[0]), SqliteSagaLog(conns[1]))
+        ledger, saga = sqlite_connect(path), sqlite_connect(path)
+        for conn in (ledger, saga):
+            weakref.finalize(owner, conn.close)
+        built = EffectLedger(SqliteIdempotencyStore(ledger), SqliteSagaLog(saga))
         return self._with_explicit(built), True
-
-
-def _close_all(conns: tuple[sqlite3.Connection, ...]) -> None:
-    for conn in conns:
-        conn.close()
 
 
 def _persisted_file(checkpointer: Any) -> str:
