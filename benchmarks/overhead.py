@@ -84,7 +84,7 @@ from typing import Any
 
 import psycopg
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -230,6 +230,29 @@ def build_plain(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
     return builder.compile(checkpointer=checkpointer)
 
 
+def build_plain_floor(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
+    """Graph B with what ``add_resilience``'s design asks of LangGraph itself, and none of
+    the package's work: the ``resilience`` channel in the state, and a branch at START
+    (run as plain code, as ours is) that always goes to the agent. What is left of A/B
+    over this floor is the package's own share."""
+    builder = StateGraph(ResilientState)
+    builder.add_node("agent", make_agent(turns))
+    builder.add_node("tools", ToolNode(TOOLS))
+    builder.add_conditional_edges(START, _EntryBranch(), {"go": "agent"})
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=checkpointer)
+
+
+class _EntryBranch(Runnable[Any, str]):
+    """The floor's entry router: decides nothing, traces nothing."""
+
+    name = "route_entry"
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> str:
+        return "go"
+
+
 def build_agent_resilient(checkpointer: BaseCheckpointSaver[Any], turns: int) -> Any:
     """Graph A': LangChain's ``create_agent`` with ``ResilienceMiddleware()``."""
     from langchain.agents import create_agent  # noqa: PLC0415 - imported for this pair only
@@ -338,9 +361,13 @@ ahead of ``create_agent`` with LangChain's retry/limit/fallback middleware."""
 
 ATTRIBUTION: dict[str, tuple[Builder, Builder]] = {
     "middleware/pass-through": (build_agent_resilient, build_agent_floor),
+    "add_resilience/floor": (build_resilient, build_plain_floor),
+    "floor/ToolNode": (build_plain_floor, build_plain),
 }
 """Compared on InMemorySaver only, to split a ratio above: the package's own share of
-the middleware's cost, over a middleware with the same hooks doing nothing."""
+the middleware's cost, over a middleware with the same hooks doing nothing; and of
+``add_resilience``'s, over a plain graph with its channel and entry branch, whose own
+cost over plain LangGraph is the last row."""
 
 
 def invoke_turn(graph: Any, **kwargs: Any) -> tuple[float, float, dict[str, Any]]:
@@ -449,7 +476,8 @@ def bench_turns(
     turns = 1 + warmup + pairs
     build_a, build_b = {**PAIRS, **ATTRIBUTION}[pair]
     graphs = {"A": build_a(checkpointer, turns), "B": build_b(checkpointer, turns)}
-    check_clean_ledger(graphs["A"])
+    if build_a is not build_plain_floor:  # the floor records nothing: it has no package
+        check_clean_ledger(graphs["A"])
     for _ in range(warmup):
         run_turn(graphs["A"])
         run_turn(graphs["B"])
@@ -1068,6 +1096,9 @@ def print_turns(rows: list[dict[str, Any]], skipped: dict[str, str]) -> None:
         "middleware/pass-through: A = create_agent + ResilienceMiddleware(), B = create_agent +\n"
         "  a middleware with its hooks and state doing nothing (the package's own share of\n"
         "  the middleware's cost);\n"
+        "add_resilience/floor: A = add_resilience, B = ToolNode + tools_condition on a state\n"
+        "  with the resilience channel, entered through a branch at START that decides\n"
+        "  nothing (floor/ToolNode: that floor against plain ToolNode, LangGraph's cost);\n"
         "medians; A/B = ratio of median wall times (the target); CI = bootstrap over the\n"
         "interleaved pairs; +us/call = (A - B) / 2 tool calls; CPU A/B = ratio of median\n"
         "process CPU time (robust to other load; excludes the Postgres server's work);\n"

@@ -94,6 +94,28 @@ def test_middleware_floor_has_the_same_graph() -> None:
     assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage"]
 
 
+def test_add_resilience_floor_is_plain_with_its_channel_and_entry_branch() -> None:
+    """overhead.py's floor for add_resilience is the plain graph plus what our design asks
+    of LangGraph: the resilience channel and a branch at START, and nothing of ours runs
+    in it; a clean turn answers both calls with the model called twice."""
+    overhead = _load("overhead")
+
+    plain = overhead.build_plain(InMemorySaver(), 2)
+    floor = overhead.build_plain_floor(InMemorySaver(), 2)
+    ours = overhead.build_resilient(InMemorySaver(), 2)
+
+    assert "resilience" in floor.channels
+    assert "resilience" in ours.channels
+    assert "resilience" not in plain.channels
+    assert set(floor.builder.branches["__start__"]) == {"route_entry"}
+    assert "__start__" not in plain.builder.branches
+    assert set(floor.builder.nodes) == set(plain.builder.nodes) == {"agent", "tools"}
+    _, _, result = overhead.invoke_turn(floor)
+    kinds = [type(m).__name__ for m in result["messages"]]
+    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage"]
+    assert not result["resilience"]  # the channel is there, and nothing writes it
+
+
 def test_saver_connections_runs_every_variant(tmp_path: pathlib.Path, pg_dsn: str) -> None:
     """saver_connections.py's turns finish on every saver variant, sync and async (each
     turn asserts its answer), and it reports every ratio."""
