@@ -460,6 +460,25 @@ def summarize(
 # ------------------------------------------------------------------ part 1
 
 
+def interleaved(
+    graphs: dict[str, Any], *, rounds: int, warmup: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Clean turns of every graph, round after round, in their order and then reversed
+    (AB BA, AFB BFA), after `warmup` rounds: wall and process CPU seconds per graph."""
+    for _ in range(warmup):
+        for graph in graphs.values():
+            run_turn(graph)
+    names = list(graphs)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else reversed(names):
+            elapsed, used = run_turn(graphs[name])
+            wall[name].append(elapsed)
+            cpu[name].append(used)
+    return wall, cpu
+
+
 def bench_turns(
     label: str,
     checkpointer: BaseCheckpointSaver[Any],
@@ -473,16 +492,7 @@ def bench_turns(
     build_a, build_b = {**PAIRS, **ATTRIBUTION}[pair]
     graphs = {"A": build_a(checkpointer, turns), "B": build_b(checkpointer, turns)}
     check_clean_ledger(graphs["A"])
-    for _ in range(warmup):
-        run_turn(graphs["A"])
-        run_turn(graphs["B"])
-    wall: dict[str, list[float]] = {"A": [], "B": []}
-    cpu: dict[str, list[float]] = {"A": [], "B": []}
-    for i in range(pairs):
-        for name in "AB" if i % 2 == 0 else "BA":
-            elapsed, used = run_turn(graphs[name])
-            wall[name].append(elapsed)
-            cpu[name].append(used)
+    wall, cpu = interleaved(graphs, rounds=pairs, warmup=warmup)
     summary = summarize(label, wall, cpu)
     summary["pair"] = pair
     if pair in PAIR_TARGETS:
@@ -503,16 +513,7 @@ def bench_floor(pairs: int, warmup: int) -> list[dict[str, Any]]:
         "B": build_plain(InMemorySaver(), turns),
     }
     check_clean_ledger(graphs["A"])
-    for _ in range(warmup):
-        for graph in graphs.values():
-            run_turn(graph)
-    wall: dict[str, list[float]] = {name: [] for name in graphs}
-    cpu: dict[str, list[float]] = {name: [] for name in graphs}
-    for i in range(pairs):
-        for name in "AFB" if i % 2 == 0 else "BFA":
-            elapsed, used = run_turn(graphs[name])
-            wall[name].append(elapsed)
-            cpu[name].append(used)
+    wall, cpu = interleaved(graphs, rounds=pairs, warmup=warmup)
     rows = []
     for pair, (a, b) in (("add_resilience/floor", "AF"), ("floor/ToolNode", "FB")):
         row = summarize("InMemorySaver", {"A": wall[a], "B": wall[b]}, {"A": cpu[a], "B": cpu[b]})
