@@ -44,28 +44,36 @@ def call_step(
     """One tool call as a whole tools step (how `create_agent` runs each call, as its own
     task): the same planning, interception and finish as the node, for this call
     only. The update carries the call's answer, or none while it waits for a recovery."""
-    with RUN_LEASES.ended_by_failure(request.runtime.config):
-        return drive(_step(node, request, execute), node.clock)
+    last = _last_step(node, request)
+    with RUN_LEASES.step(request.runtime.config, ends_run=last):
+        return drive(_step(node, request, execute, last), node.clock)
 
 
 async def acall_step(
     node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Awaitable[Any]]
 ) -> Command[Any]:
     """Async `call_step`."""
-    with RUN_LEASES.ended_by_failure(request.runtime.config):
-        return await adrive(_step(node, request, execute), node.clock)
+    last = _last_step(node, request)
+    with RUN_LEASES.step(request.runtime.config, ends_run=last):
+        return await adrive(_step(node, request, execute, last), node.clock)
+
+
+def _last_step(node: GuardedToolNode, request: ToolCallRequest) -> bool:
+    """Meet the call's tool; whether the run ends after this turn's tools (its lease of
+    the thread then goes back once the turn's last call is done)."""
+    if request.tool is not None:
+        node.learn([request.tool])
+    return _ends_after_tools(node, request)
 
 
 def _step(
-    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any]
+    node: GuardedToolNode, request: ToolCallRequest, execute: Callable[..., Any], last: bool
 ) -> Flow[Command[Any]]:
     """The step as one `core.flow` flow; `execute` is the handler of the driver's kind. A
     short backoff is retried inside it (`inline_retry`): the call is answered in this
     task, without a round through ``before_model``."""
-    if request.tool is not None:
-        node.learn([request.tool])
     settings = node.settings
-    if _ends_after_tools(node, request):
+    if last:
         settings = dataclasses.replace(
             settings, can_repair=False, can_replan=False, can_escalate=False, last_step=True
         )

@@ -57,7 +57,7 @@ from typing import Any, NotRequired, cast
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import hook_config
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.config import get_config
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -218,7 +218,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         """Recover the turn's waiting calls before the model is asked again; on new
         input, answer the calls a stopped run left."""
         config = get_config()
-        with RUN_LEASES.ended_by_failure(config):  # a pause for a human ends the run too
+        with RUN_LEASES.step(config):  # a pause for a human ends the run too
             return drive(self._recover(state, config), self.engine.clock)
 
     @hook_config(can_jump_to=["tools", "end"])
@@ -227,7 +227,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
     ) -> dict[str, Any] | None:
         """Async `before_model` (the nodes' async bodies)."""
         config = get_config()
-        with RUN_LEASES.ended_by_failure(config):
+        with RUN_LEASES.step(config):
             return await adrive(self._recover(state, config), self.engine.clock)
 
     def _recover(self, state: ResilienceAgentState, config: Any) -> Flow[dict[str, Any] | None]:
@@ -288,9 +288,10 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
 
         ask = Ask(sync, _no_async)
         with self._giving_up(request):
-            return cast(
-                "ModelResponse[Any]", drive(chain.flow(chain.clock.monotonic(), ask), chain.clock)
-            )
+            response = drive(chain.flow(chain.clock.monotonic(), ask), chain.clock)
+        if self.engine.has_side_effects and _ends_run(response):
+            self.engine.leave_run(get_config())
+        return cast("ModelResponse[Any]", response)
 
     async def awrap_model_call(
         self,
@@ -307,7 +308,10 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         ask = Ask(_no_sync, asynchronous)
         flow = chain.flow(chain.clock.monotonic(), ask)
         with self._giving_up(request):
-            return cast("ModelResponse[Any]", await adrive(flow, chain.clock))
+            response = await adrive(flow, chain.clock)
+        if self.engine.has_side_effects and _ends_run(response):
+            await self.engine.aleave_run(get_config())
+        return cast("ModelResponse[Any]", response)
 
     @contextlib.contextmanager
     def _giving_up(self, request: ModelRequest[Any]) -> Iterator[None]:
@@ -343,6 +347,23 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         if known != self._checked:
             check_profiles(self.engine.profiles, set(known), unknown_hint=_SELECTOR_HINT)
             self._checked = known
+
+
+def _ends_run(response: Any) -> bool:
+    """Whether `create_agent` ends the run on this model answer: it calls no tool, or it
+    is a structured response (whose tool `create_agent` answers in the model's step).
+    The run's lease of its thread goes back then, as `add_resilience`'s router gives it
+    back at END: left to the collector, the next turn sent to another worker was
+    refused (`ThreadBusyError`) until this process happened to collect the run, or the
+    lease lapsed. A run that goes on all the same takes it again at its next step."""
+    inner = getattr(response, "model_response", response)  # an ExtendedModelResponse's
+    if isinstance(inner, AIMessage):
+        return not inner.tool_calls
+    if getattr(inner, "structured_response", None) is not None:
+        return True
+    messages = getattr(inner, "result", None) or []
+    answer = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    return answer is not None and not answer.tool_calls
 
 
 _KEPT_CHAINS = 64

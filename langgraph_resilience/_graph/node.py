@@ -38,10 +38,10 @@ class ResilienceNode(Runnable[Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
-        with RUN_LEASES.ended_by_failure(config):
+        with RUN_LEASES.step(config):
             return self.run(input, config)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
-        with RUN_LEASES.ended_by_failure(config):
+        with RUN_LEASES.step(config):
             return await self.arun(input, config)

@@ -16,16 +16,17 @@ A run is told from another by its runtime's stream writer (``Runtime.stream_writ
 LangGraph makes one per run and hands it to every task of that run (a timed node
 attempt gets a guarding writer of its own: `current_run` finds the run's through
 ``runtime.control``). The lease is given back when the run routes from the agent to
-its end, or when one of our steps raises (a cancel, an interrupt, an error) and the
-run's other steps under way are done (`create_agent` runs a turn's calls as parallel
-tasks: a sibling of a paused call may still be paying); when it ends another way (a
-pause for a human in the user's node, an exception there) when its writer is
-collected; at the latest it lapses `DEFAULT_LEASE_TTL` after the run's last step of
-ours renewed it. A Postgres lease notes the checkpoint the run took it from, so the
-human's answer, in any process, takes over the lease of a run that paused since
-(`_pauses`). A lease that lapsed during a long model call is taken again at the
-next step, unless another run took the thread meanwhile: then this run stops
-(`ThreadLockLostError`).
+its end (under `create_agent`, when the model's answer ends the run, or the last call
+of a turn that ends after its tools is done), or when one of our steps raises (a
+cancel, an interrupt, an error) and the run's other steps under way are done
+(`create_agent` runs a turn's calls as parallel tasks: a sibling of a paused call may
+still be paying); when it ends another way (a pause for a human in the user's node, an
+exception there) when its writer is collected; at the latest it lapses
+`DEFAULT_LEASE_TTL` after the run's last step of ours renewed it. A Postgres lease
+notes the checkpoint the run took it from, so the human's answer, in any process,
+takes over the lease of a run that paused since (`_pauses`). A lease that lapsed
+during a long model call is taken again at the next step, unless another run took the
+thread meanwhile: then this run stops (`ThreadLockLostError`).
 
 Not taken under LangGraph Server (it runs one run per thread itself:
 ``runtime.server_info``), nor when the caller holds the thread's lock already
@@ -289,13 +290,14 @@ class RunLeases:
                 await lease.arelease()
 
     @contextlib.contextmanager
-    def ended_by_failure(self, config: RunnableConfig) -> Iterator[None]:
+    def step(self, config: RunnableConfig, *, ends_run: bool = False) -> Iterator[None]:
         """A step of the run. Anything a step raises (a cancel, an interrupt, an error)
-        ends the run, and its lease of the thread goes back once its last step under
-        way is done: `create_agent` runs a turn's calls as tasks of their own, and a call
-        that paused for a human may have a sibling still paying, whose ledger writes
-        need the lease. An attempt it abandoned may still land: its outcome goes to the
-        ledger, never to the thread."""
+        ends the run, as does a step that ends it (`ends_run`: `create_agent`'s tools
+        step after which the run stops), and its lease of the thread goes back once its
+        last step under way is done: `create_agent` runs a turn's calls as tasks of
+        their own, and a call that paused for a human may have a sibling still paying,
+        whose ledger writes need the lease. An attempt it abandoned may still land: its
+        outcome goes to the ledger, never to the thread."""
         run, key = current_run(), _key(config)
         if run is None or key is None:
             yield
@@ -303,16 +305,16 @@ class RunLeases:
         steps = self._steps_of(run, key)
         with self._guard:
             steps.running += 1
-        failed = False
+        ended = ends_run
         try:
             yield
         except BaseException:
-            failed = True
+            ended = True
             raise
         finally:
             with self._guard:
                 steps.running -= 1
-                steps.ended = steps.ended or failed
+                steps.ended = steps.ended or ended
                 last = steps.ended and steps.running == 0
             if last:
                 self.release(run, config)

@@ -11,6 +11,10 @@ audit`` calls a tool a 403 refuses in the ``start`` process (POLICY: escalated).
 ``--flaky`` the lookup tool fails with 503 on every attempt, each recorded in the
 ``attempts`` table, and hangs on its ``--hang-on``-th attempt of this process.
 Prints JSON: the last message, the pending interrupts and the ledger's attempts.
+``--direct`` makes the refund ``return_direct`` (the turn ends after its tools).
+With ``--stay FILE`` the worker, its turn done, writes the marker and lives on until
+FILE exists, its collector off (a busy server's often has not reached a finished run):
+a worker that keeps serving while the thread's next turn goes to another.
 Runs use ``durability="sync"``, as the README asks of graphs with side effects.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import pathlib
 import sys
@@ -59,6 +64,7 @@ def build(
     hang_on: int,
     forbid: bool,
     in_step: bool = True,
+    direct: bool = False,
 ) -> Any:
     attempts_here = [0]
 
@@ -72,7 +78,7 @@ def build(
             return calls((wanted, {"order_id": "A1"}))
         return calls(("refund", {"order_id": "A1"}))
 
-    @tool
+    @tool(return_direct=direct)
     def refund(order_id: str) -> str:
         """Refund an order."""
         if kill_at == "before":
@@ -141,6 +147,8 @@ def main() -> None:
     parser.add_argument(
         "--no-in-step", action="store_true", help="every retry through a checkpointed step"
     )
+    parser.add_argument("--stay", help="after the turn, live on until this file exists")
+    parser.add_argument("--direct", action="store_true", help="the refund returns directly")
     args = parser.parse_args()
     kill_at = args.kill_at if args.phase == "start" else "none"
     marker = pathlib.Path(args.marker)
@@ -151,6 +159,7 @@ def main() -> None:
     forbid = args.phase == "start"
     options = {"kill_at": kill_at, "marker": marker, "hang_on": args.hang_on, "forbid": forbid}
     options["in_step"] = not args.no_in_step
+    options["direct"] = args.direct
     if args.mode == "sync":
         with ConnectionPool(args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS) as pool:
             saver = PostgresSaver(pool)
@@ -173,7 +182,18 @@ def main() -> None:
                 await pool.close()
 
         result = asyncio.run(run())
+    if args.stay:
+        stay(pathlib.Path(args.stay), marker)
     json.dump(result, sys.stdout)
+
+
+def stay(until: pathlib.Path, marker: pathlib.Path) -> None:
+    """Live on, serving nothing and collecting nothing, until the test says."""
+    gc.disable()
+    marker.write_text("turn done")
+    deadline = time.monotonic() + 120
+    while not until.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the test writes the file (polling a file)
 
 
 if __name__ == "__main__":

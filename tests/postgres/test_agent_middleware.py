@@ -1,6 +1,6 @@
 """`create_agent` + `ResilienceMiddleware` on a real Postgres, across processes:
 SIGKILL around a side effect, budgets that survive a crash, an escalation answered
-from another process (sync and async)."""
+from another process, the next turn sent to another worker (sync and async)."""
 
 from __future__ import annotations
 
@@ -116,3 +116,30 @@ def test_an_escalation_is_answered_from_another_process(
 
     assert answered["interrupts"] == 0
     assert answered["last"] == "done"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("ends", ["answer", "tools"])
+def test_the_next_turn_runs_on_another_worker_at_once(
+    pg_dsn: str, tmp_path: pathlib.Path, mode: str, ends: str
+) -> None:
+    """A turn that ends gives its thread back: the model's final answer, or (every call
+    ``return_direct``) its tools step. The next turn, sent to another worker while the
+    first lives on without collecting the finished run, runs. The lease used to go back
+    only when that process collected the run, so the next turn was refused with
+    ThreadBusyError for up to DEFAULT_LEASE_TTL."""
+    _prepare(pg_dsn)
+    marker, stay = tmp_path / "marker", tmp_path / "stay"
+    common = ["--dsn", pg_dsn, "--thread", uuid.uuid4().hex, "--marker", str(marker)]
+    common += ["--mode", mode, "--kill-at", "none"] + (["--direct"] if ends == "tools" else [])
+    first = spawn(WORKER, "start", *common, "--stay", str(stay))
+    try:
+        wait_for_marker(marker, first)
+        second = finish(spawn(WORKER, "start", *common))
+    finally:
+        stay.write_text("go")
+        done = finish(first)
+
+    assert done["last"] == ("done" if ends == "answer" else "refunded A1")
+    assert second["last"] == "done"
+    assert _count(pg_dsn, "refunds") == 1
