@@ -287,7 +287,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
             return handler(request.override(model=chain.models[index]))
 
         ask = Ask(sync, _no_async)
-        with self._giving_up(request):
+        with self._giving_up(request), self._run_ends_on_failure():
             response = drive(chain.flow(chain.clock.monotonic(), ask), chain.clock)
         if self.engine.has_side_effects and _ends_run(response):
             self.engine.leave_run(get_config())
@@ -307,11 +307,25 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
 
         ask = Ask(_no_sync, asynchronous)
         flow = chain.flow(chain.clock.monotonic(), ask)
-        with self._giving_up(request):
+        with self._giving_up(request), self._run_ends_on_failure():
             response = await adrive(flow, chain.clock)
         if self.engine.has_side_effects and _ends_run(response):
             await self.engine.aleave_run(get_config())
         return cast("ModelResponse[Any]", response)
+
+    @contextlib.contextmanager
+    def _run_ends_on_failure(self) -> Iterator[None]:
+        """A model call that raises ends the run (the model step is alone in its turn):
+        its lease of the thread goes back at once, not when this process collects the
+        run, so the user's retry may go to any worker. Given back without waiting (an
+        async lease's release is scheduled on its loop); a middleware around ours that
+        asks the model again goes on without it, and its next tools step takes it."""
+        try:
+            yield
+        except BaseException:
+            if self.engine.has_side_effects:
+                self.engine.leave_run(get_config())
+            raise
 
     @contextlib.contextmanager
     def _giving_up(self, request: ModelRequest[Any]) -> Iterator[None]:

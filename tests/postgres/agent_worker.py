@@ -11,7 +11,9 @@ audit`` calls a tool a 403 refuses in the ``start`` process (POLICY: escalated).
 ``--flaky`` the lookup tool fails with 503 on every attempt, each recorded in the
 ``attempts`` table, and hangs on its ``--hang-on``-th attempt of this process.
 Prints JSON: the last message, the pending interrupts and the ledger's attempts.
-``--direct`` makes the refund ``return_direct`` (the turn ends after its tools).
+``--direct`` makes the refund ``return_direct`` (the turn ends after its tools);
+``--model-down`` fails every model call with a 503 (the run raises once the
+middleware gives up, and the JSON says which error).
 With ``--stay FILE`` the worker, its turn done, writes the marker and lives on until
 FILE exists, its collector off (a busy server's often has not reached a finished run):
 a worker that keeps serving while the thread's next turn goes to another.
@@ -65,10 +67,13 @@ def build(
     forbid: bool,
     in_step: bool = True,
     direct: bool = False,
+    model_down: bool = False,
 ) -> Any:
     attempts_here = [0]
 
     def turn(messages: list[BaseMessage]) -> AIMessage:
+        if model_down:
+            raise FakeHTTPError(503)
         if any(isinstance(m, ToolMessage) for m in messages):
             if kill_at == "completed":
                 hang(marker, "completed")
@@ -149,6 +154,7 @@ def main() -> None:
     )
     parser.add_argument("--stay", help="after the turn, live on until this file exists")
     parser.add_argument("--direct", action="store_true", help="the refund returns directly")
+    parser.add_argument("--model-down", action="store_true", help="every model call: 503")
     args = parser.parse_args()
     kill_at = args.kill_at if args.phase == "start" else "none"
     marker = pathlib.Path(args.marker)
@@ -160,13 +166,18 @@ def main() -> None:
     options = {"kill_at": kill_at, "marker": marker, "hang_on": args.hang_on, "forbid": forbid}
     options["in_step"] = not args.no_in_step
     options["direct"] = args.direct
+    options["model_down"] = args.model_down
     if args.mode == "sync":
         with ConnectionPool(args.dsn, kwargs=POSTGRES_CONNECTION_KWARGS) as pool:
             saver = PostgresSaver(pool)
             saver.setup()
             app = build(args.dsn, saver, **options)
-            app.invoke(inp, config, durability="sync")
-            result = summary(app.get_state(config))
+            try:
+                app.invoke(inp, config, durability="sync")
+                failed = None
+            except FakeHTTPError as exc:  # --model-down: the middleware gave up
+                failed = type(exc).__name__
+            result = {**summary(app.get_state(config)), "error": failed}
     else:
 
         async def run() -> dict[str, Any]:
@@ -176,8 +187,12 @@ def main() -> None:
                 saver = AsyncPostgresSaver(pool)
                 await saver.setup()
                 app = build(args.dsn, saver, **options)
-                await app.ainvoke(inp, config, durability="sync")
-                return summary(await app.aget_state(config))
+                try:
+                    await app.ainvoke(inp, config, durability="sync")
+                    failed = None
+                except FakeHTTPError as exc:  # --model-down: the middleware gave up
+                    failed = type(exc).__name__
+                return {**summary(await app.aget_state(config)), "error": failed}
             finally:
                 await pool.close()
 

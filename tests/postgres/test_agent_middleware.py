@@ -119,20 +119,22 @@ def test_an_escalation_is_answered_from_another_process(
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("ends", ["answer", "tools"])
+@pytest.mark.parametrize("ends", ["answer", "tools", "model down"])
 def test_the_next_turn_runs_on_another_worker_at_once(
     pg_dsn: str, tmp_path: pathlib.Path, mode: str, ends: str
 ) -> None:
-    """A turn that ends gives its thread back: the model's final answer, or (every call
-    ``return_direct``) its tools step. The next turn, sent to another worker while the
-    first lives on without collecting the finished run, runs. The lease used to go back
-    only when that process collected the run, so the next turn was refused with
-    ThreadBusyError for up to DEFAULT_LEASE_TTL."""
+    """A run that ends gives its thread back: at the model's final answer, after its
+    tools step (every call ``return_direct``), or when its model call fails for good.
+    The next turn, sent to another worker while the first lives on without collecting
+    the finished run, runs. The lease used to go back only when that process collected
+    the run, so the next turn was refused with ThreadBusyError for up to
+    DEFAULT_LEASE_TTL."""
     _prepare(pg_dsn)
     marker, stay = tmp_path / "marker", tmp_path / "stay"
     common = ["--dsn", pg_dsn, "--thread", uuid.uuid4().hex, "--marker", str(marker)]
     common += ["--mode", mode, "--kill-at", "none"] + (["--direct"] if ends == "tools" else [])
-    first = spawn(WORKER, "start", *common, "--stay", str(stay))
+    down = ["--model-down"] if ends == "model down" else []
+    first = spawn(WORKER, "start", *common, *down, "--stay", str(stay))
     try:
         wait_for_marker(marker, first)
         second = finish(spawn(WORKER, "start", *common))
@@ -140,6 +142,7 @@ def test_the_next_turn_runs_on_another_worker_at_once(
         stay.write_text("go")
         done = finish(first)
 
-    assert done["last"] == ("done" if ends == "answer" else "refunded A1")
-    assert second["last"] == "done"
+    expected = {"answer": ("done", None), "tools": ("refunded A1", None)}
+    assert (done["last"], done["error"]) == expected.get(ends, ("refund", "FakeHTTPError"))
+    assert (second["last"], second["error"]) == ("done", None)
     assert _count(pg_dsn, "refunds") == 1
