@@ -475,8 +475,18 @@ def _exhausted(
 
 
 def step_input(cfg: ToolSettings, state: Any, batch: Batch) -> dict[str, Any]:
-    """ToolNode's input: the history up to the AIMessage, which holds only the due calls."""
-    history = read_messages(state, cfg.messages_key)[: batch.ai_index]
+    """ToolNode's input: the history up to the AIMessage, which holds only the due calls.
+    The state itself when it is that already (the AIMessage is the latest message and
+    all its calls run as issued): a clean step copies neither the history nor the
+    message."""
+    messages = read_messages(state, cfg.messages_key)
+    if (
+        isinstance(state, dict)
+        and batch.ai_index == len(messages) - 1
+        and batch.runnable == batch.ai.tool_calls
+    ):
+        return state
+    history = messages[: batch.ai_index]
     only_due = batch.ai.model_copy(update={"tool_calls": batch.runnable})
     base = dict(state) if isinstance(state, Mapping) else {}
     return {**base, cfg.messages_key: [*history, only_due]}
