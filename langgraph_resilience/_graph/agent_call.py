@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from langgraph_resilience._graph.finish import finish_step
 from langgraph_resilience._graph.inline_retry import retried_in_step
-from langgraph_resilience._graph.run_lease import RUN_LEASES
+from langgraph_resilience._graph.run_lease import counted_step
 from langgraph_resilience._graph.scope import in_step, step_ledger
 from langgraph_resilience._graph.state import last_ai_message, read_messages
 from langgraph_resilience._graph.tool_batch import Batch, ToolSettings, plan_batch
@@ -45,7 +45,7 @@ def call_step(
     task): the same planning, interception and finish as the node, for this call
     only. The update carries the call's answer, or none while it waits for a recovery."""
     last = _last_step(node, request)
-    with RUN_LEASES.step(request.runtime.config, ends_run=last):
+    with counted_step(request.runtime.config, leases=node.has_side_effects, ends_run=last):
         return drive(_step(node, request, execute, last), node.clock)
 
 
@@ -54,7 +54,7 @@ async def acall_step(
 ) -> Command[Any]:
     """Async `call_step`."""
     last = _last_step(node, request)
-    with RUN_LEASES.step(request.runtime.config, ends_run=last):
+    with counted_step(request.runtime.config, leases=node.has_side_effects, ends_run=last):
         return await adrive(_step(node, request, execute, last), node.clock)
 
 

@@ -71,7 +71,7 @@ from langgraph_resilience._graph.node import ResilienceNode
 from langgraph_resilience._graph.pending import AnswerPendingNode, route_entry
 from langgraph_resilience._graph.retry import RetryNode
 from langgraph_resilience._graph.router import next_step
-from langgraph_resilience._graph.run_lease import RUN_LEASES
+from langgraph_resilience._graph.run_lease import counted_step
 from langgraph_resilience._graph.state import ResilienceTally, apply_update
 from langgraph_resilience._graph.tools import DEFAULT_BREAKER, GuardedToolNode
 from langgraph_resilience._graph.wiring import check_profiles, recovery_nodes
@@ -218,7 +218,8 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
         """Recover the turn's waiting calls before the model is asked again; on new
         input, answer the calls a stopped run left."""
         config = get_config()
-        with RUN_LEASES.step(config):  # a pause for a human ends the run too
+        # a pause for a human ends the run too
+        with counted_step(config, leases=self.engine.has_side_effects):
             return drive(self._recover(state, config), self.engine.clock)
 
     @hook_config(can_jump_to=["tools", "end"])
@@ -227,7 +228,7 @@ class ResilienceMiddleware(AgentMiddleware[ResilienceAgentState, Any, Any]):
     ) -> dict[str, Any] | None:
         """Async `before_model` (the nodes' async bodies)."""
         config = get_config()
-        with RUN_LEASES.step(config):
+        with counted_step(config, leases=self.engine.has_side_effects):
             return await adrive(self._recover(state, config), self.engine.clock)
 
     def _recover(self, state: ResilienceAgentState, config: Any) -> Flow[dict[str, Any] | None]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
-from langgraph_resilience._graph.run_lease import RUN_LEASES
+from langgraph_resilience._graph.run_lease import counted_step
 
 __all__ = ["ResilienceNode"]
 
@@ -27,6 +27,11 @@ class ResilienceNode(Runnable[Any, Any]):
     """A graph node: `run` and `arun` take the state and the run's config. Whatever a
     node raises (an error, a cancel, a pause for a human) ends its run, so the run's
     lease of its thread is given back (`_graph.run_lease`)."""
+
+    leases_thread = True
+    """Whether a run through this node may hold its thread's lease (a tool of the graph
+    has side effects): only then are its steps counted (`RunLeases.step`), so that the
+    lease goes back with the run's last step. A graph without side effects pays nothing."""
 
     @abc.abstractmethod
     def run(self, state: Any, config: RunnableConfig) -> Any:
@@ -38,10 +43,10 @@ class ResilienceNode(Runnable[Any, Any]):
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
-        with RUN_LEASES.step(config):
+        with counted_step(config, leases=self.leases_thread):
             return self.run(input, config)
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
-        with RUN_LEASES.step(config):
+        with counted_step(config, leases=self.leases_thread):
             return await self.arun(input, config)

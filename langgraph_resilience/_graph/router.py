@@ -119,6 +119,7 @@ class SelfRouted(ResilienceNode):
 
     def __init__(self, node: ResilienceNode, routes: Mapping[str, str], messages_key: str) -> None:
         self.node = node
+        self.leases_thread = node.leases_thread
         self.routes = dict(routes)
         self.messages_key = messages_key
 

@@ -62,7 +62,7 @@ from langgraph_resilience.stores.held import Fence, current_fence
 if TYPE_CHECKING:
     from langgraph_resilience.stores.leases import Lease, LeaseRunner
 
-__all__ = ["RUN_LEASES", "RunLeases", "current_run"]
+__all__ = ["RUN_LEASES", "RunLeases", "counted_step", "current_run"]
 
 _REAL = SystemClock()
 
@@ -335,6 +335,17 @@ class RunLeases:
 
 RUN_LEASES = RunLeases()
 """Every run's leases: a run is its writer, so one table serves every graph."""
+
+
+def counted_step(
+    config: RunnableConfig, *, leases: bool, ends_run: bool = False
+) -> contextlib.AbstractContextManager[None]:
+    """`RUN_LEASES.step` for a graph whose runs may hold their thread's lease (a tool
+    has side effects); a graph without side effects counts nothing and pays nothing."""
+    return RUN_LEASES.step(config, ends_run=ends_run) if leases else _NOT_COUNTED
+
+
+_NOT_COUNTED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
 
 def _key(config: RunnableConfig) -> str | None:

@@ -172,6 +172,11 @@ class GuardedToolNode(ResilienceNode):
         )
 
     @property
+    def leases_thread(self) -> bool:  # type: ignore[override]
+        """A run takes its thread's lease only when a tool has side effects."""
+        return self.has_side_effects
+
+    @property
     def tools_by_name(self) -> dict[str, BaseTool]:
         """The tools this node executes, by name."""
         return self._tool_node.tools_by_name

@@ -21,7 +21,7 @@ from langgraph.errors import GraphInterrupt
 from langgraph.types import Command, interrupt
 
 from langgraph_resilience import ResilienceMiddleware, ThreadBusyError, ToolProfile
-from langgraph_resilience._graph.run_lease import _LOCAL
+from langgraph_resilience._graph.run_lease import _LOCAL, RUN_LEASES
 from langgraph_resilience.testing import FakeClock, ScriptedChatModel, text, tool_calls
 from tests.conftest import Harness, Runner, build_graph
 
@@ -202,6 +202,51 @@ def test_without_side_effects_runs_are_not_serialized() -> None:
     bank.finish.set()
     running.join(30)
     assert sorted(bank.paid) == [10, 20]
+
+
+@pytest.mark.parametrize("effects", [False, True], ids=["reads only", "side effects"])
+@pytest.mark.parametrize("entry", ["add_resilience", "create_agent"])
+def test_steps_are_counted_only_where_a_run_may_hold_its_thread(
+    monkeypatch: pytest.MonkeyPatch, entry: str, effects: bool
+) -> None:
+    """A run's steps are counted (so its lease goes back with the last one) only in a
+    graph with a side-effecting tool: without one no run takes a lease, and its steps
+    pay nothing for it."""
+    counted: list[object] = []
+    real = RUN_LEASES.step
+
+    def step(config: Any, **kwargs: Any) -> Any:
+        counted.append(config)
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(RUN_LEASES, "step", step)
+    if entry == "add_resilience":
+        bank = Bank()
+        bank.finish.set()
+        h = bank.graph(10, effects=effects)
+        out = h.app.invoke({"messages": [("user", "pay 10")]}, h.config())
+        assert out["messages"][-1].content == "ok"
+    else:
+
+        @tool
+        def pay(amount: int) -> str:
+            """Pay."""
+            return f"paid {amount}"
+
+        agent = create_agent(
+            ScriptedChatModel(responses=[tool_calls(("pay", {"amount": 10})), text("done")]),
+            [pay],
+            middleware=[
+                ResilienceMiddleware(
+                    profiles={"pay": ToolProfile(side_effect=True)} if effects else None,
+                    clock=FakeClock(),
+                )
+            ],
+            checkpointer=InMemorySaver(),
+        )
+        out = agent.invoke({"messages": [("user", "pay 10")]}, {"configurable": {"thread_id": "t"}})
+        assert out["messages"][-1].content == "done"
+    assert bool(counted) is effects
 
 
 class _Sequenced(AgentMiddleware):  # type: ignore[type-arg]
