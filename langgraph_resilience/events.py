@@ -146,29 +146,33 @@ def unobserve(observer: Observer) -> None:
         _OBSERVERS.remove(observer)
 
 
-def _ignored(answer: Any) -> None:
-    pass
+_NO_STEP: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+_NO_ATTEMPT: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def observed_step() -> contextlib.AbstractContextManager[None]:
+    """Around one tools step: each observer's block (e.g. a span); a shared empty block
+    when nobody observes (the clean path builds nothing)."""
+    return _observed_step() if _OBSERVERS else _NO_STEP
 
 
 @contextlib.contextmanager
-def observed_step() -> Iterator[None]:
-    """Around one tools step: each observer's block (e.g. a span)."""
-    if not _OBSERVERS:
-        yield
-        return
+def _observed_step() -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         for observer in _OBSERVERS:
             stack.enter_context(observer.step())
         yield
 
 
-@contextlib.contextmanager
-def observed_attempt(tool: str, call_id: str) -> Iterator[Outcome]:
+def observed_attempt(tool: str, call_id: str) -> contextlib.AbstractContextManager[Outcome | None]:
     """Around one attempt of a tool call: each observer's block (e.g. a span). Yields
-    the function to tell them its answer."""
-    if not _OBSERVERS:
-        yield _ignored
-        return
+    the function to tell them its answer, None when nobody observes (the answer need
+    not be worked out)."""
+    return _observed_attempt(tool, call_id) if _OBSERVERS else _NO_ATTEMPT
+
+
+@contextlib.contextmanager
+def _observed_attempt(tool: str, call_id: str) -> Iterator[Outcome]:
     with contextlib.ExitStack() as stack:
         told = [stack.enter_context(o.attempt(tool, call_id)) for o in list(_OBSERVERS)]
 

@@ -332,7 +332,8 @@ class CallInterceptor:
             calling(call["name"], self._unkeyed),
         ):
             answer = drive(self._intercept(request, run, effect_run), self.clock)
-            outcome(_failure(call, answer))
+            if outcome is not None:
+                outcome(_failure(call, answer))
             return answer
 
     async def awrap_tool_call(
@@ -356,7 +357,8 @@ class CallInterceptor:
             calling(call["name"], self._unkeyed),
         ):
             answer = await adrive(self._intercept(request, run, effect_run), self.clock)
-            outcome(_failure(call, answer))
+            if outcome is not None:
+                outcome(_failure(call, answer))
             return answer
 
 
