@@ -146,14 +146,14 @@ def unobserve(observer: Observer) -> None:
         _OBSERVERS.remove(observer)
 
 
-_NO_STEP: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-_NO_ATTEMPT: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+_UNOBSERVED: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+"""The block around a step or an attempt when nobody observes: one, shared, empty."""
 
 
 def observed_step() -> contextlib.AbstractContextManager[None]:
     """Around one tools step: each observer's block (e.g. a span); a shared empty block
     when nobody observes (the clean path builds nothing)."""
-    return _observed_step() if _OBSERVERS else _NO_STEP
+    return _observed_step() if _OBSERVERS else _UNOBSERVED
 
 
 @contextlib.contextmanager
@@ -168,7 +168,7 @@ def observed_attempt(tool: str, call_id: str) -> contextlib.AbstractContextManag
     """Around one attempt of a tool call: each observer's block (e.g. a span). Yields
     the function to tell them its answer, None when nobody observes (the answer need
     not be worked out)."""
-    return _observed_attempt(tool, call_id) if _OBSERVERS else _NO_ATTEMPT
+    return _observed_attempt(tool, call_id) if _OBSERVERS else _UNOBSERVED
 
 
 @contextlib.contextmanager
