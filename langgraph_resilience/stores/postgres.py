@@ -140,7 +140,7 @@ def _kept(exc: BaseException) -> Iterator[None]:
 def _raise_ours(exc: BaseException) -> None:
     """A driver error that means something of ours, raised as what it means: a write the
     database refused because the writer's thread lease is gone (`ThreadLockLostError`),
-    or a ledger whose tables predate the fence functions (`ConfigurationError`)."""
+    or a ledger whose tables predate a function of ours it calls (`ConfigurationError`)."""
     if not isinstance(exc, psycopg.Error):
         return
     if exc.sqlstate == FENCE_SQLSTATE:
@@ -148,9 +148,9 @@ def _raise_ours(exc: BaseException) -> None:
         raise ThreadLockLostError(thread_id, "its lease was taken over or expired") from None
     if isinstance(exc, psycopg.errors.UndefinedFunction) and "lgr_" in str(exc):
         raise ConfigurationError(
-            "the ledger's tables were set up by an older version, without the thread "
-            "lease functions its writes call: run setup() once (open_postgres(dsn) does, "
-            "or PostgresIdempotencyStore(pool).setup()), then start the workers"
+            f"the ledger's tables were set up by an older version, without a function "
+            f"its writes call ({first_line(exc)}): run setup() once (open_postgres(dsn) "
+            "does, or PostgresIdempotencyStore(pool).setup()), then start the workers"
         ) from exc
 
 

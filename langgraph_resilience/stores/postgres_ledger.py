@@ -57,41 +57,6 @@ def _bounded(table: str) -> Iterator[None]:
         raise SetupTimeoutError.waiting(table, seconds=SETUP_LOCK_TIMEOUT) from exc
 
 
-_IDEMPOTENCY_DDL = (
-    *SETUP_PREAMBLE,
-    """
-    CREATE TABLE IF NOT EXISTS lgr_idempotency (
-        key text PRIMARY KEY,
-        tool text,
-        thread_id text,
-        args jsonb,
-        status text NOT NULL DEFAULT 'pending'
-            CHECK (status IN ('pending', 'done', 'failed')),
-        result jsonb,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        updated_at timestamptz NOT NULL DEFAULT now()
-    )
-    """,
-    "CREATE INDEX IF NOT EXISTS lgr_idempotency_thread_idx ON lgr_idempotency (thread_id)",
-    "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
-    "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
-    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
-    # done effects of a thread by fingerprint: what a claim finds that a rewound thread
-    # no longer holds (on a large table created by an earlier version, create it
-    # beforehand with CREATE INDEX CONCURRENTLY, same name)
-    "CREATE INDEX IF NOT EXISTS lgr_idempotency_done_idx "
-    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'done'",
-    # `purge`: completed rows by age. On a large table created by an earlier version,
-    # create it beforehand with CREATE INDEX CONCURRENTLY (same name) to avoid
-    # blocking writes while it builds; this statement is then a no-op.
-    "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
-    "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
-    # the thread leases, whose tokens the ledger's writes carry (``lgr_fenced``)
-    *LEASE_DDL,
-)
-"""The ledger's tables, and the leases its writes are fenced by, in one transaction:
-the lock wait capped (`SetupTimeoutError`, never a hang), under the setup lock."""
-
 _SAGA_DDL = (
     *SETUP_PREAMBLE,
     """
@@ -182,6 +147,88 @@ _DONE_ROW = (
 )
 """A done sibling's row in a claim: its key and creation time only (read when used)."""
 
+_CLAIM_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION lgr_claim(
+    p_keys text[], p_tools text[], p_args jsonb[], p_fingerprints text[],
+    p_thread text, p_fences jsonb
+) RETURNS TABLE (
+    lgr_kind text, lgr_for text, key text, tool text, thread_id text, args jsonb,
+    status text, result jsonb, created_at timestamptz, updated_at timestamptz,
+    fingerprint text, age_s float8
+) LANGUAGE plpgsql VOLATILE AS $lgr$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
+    WITH i AS (
+        SELECT * FROM unnest(p_keys, p_tools, p_args, p_fingerprints)
+            AS i(key, tool, args, fingerprint)
+    ), new AS (
+        INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
+        SELECT i.key, i.tool, p_thread, i.args, i.fingerprint FROM i
+        WHERE lgr_fenced(p_thread, p_fences)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING key
+    )
+    SELECT 'new'::text, new.key, new.key, {_NO_RECORD} FROM new
+    UNION ALL
+    SELECT 'sibling'::text, i.key, {_QUALIFIED}, {_AGE} FROM i JOIN lgr_idempotency AS l
+    ON l.thread_id = p_thread AND l.fingerprint = i.fingerprint
+      AND l.status = 'pending' AND l.key <> i.key
+    UNION ALL
+    SELECT 'done'::text, i.key, l.key, {_DONE_ROW} FROM i JOIN lgr_idempotency AS l
+    ON l.thread_id = p_thread AND l.fingerprint = i.fingerprint AND l.status = 'done';
+END
+$lgr$
+"""
+"""A claim: each key's intent unless it exists, with the thread's pending intents
+(``sibling``) and done records (``done``) of its fingerprint, one row each, named by
+the key they answer (``lgr_for``). The statement's snapshot holds none of its own
+intents: as if the claims had run at the same instant, each on its own. Fenced: a
+writer whose thread lease was taken over or lapsed gets `ThreadLockLostError`
+(SQLSTATE LR001, raised by ``lgr_fenced``) and nothing is written, with no gap
+between the check and the write.
+
+A function because PL/pgSQL keeps its statements' plans per server session, which a
+transaction pooler leaves alone: sent inline and unprepared (as a pooler requires),
+planning this statement cost more than running it. A change of its columns needs a
+``DROP FUNCTION`` first (``CREATE OR REPLACE`` keeps the result type)."""
+
+_IDEMPOTENCY_DDL = (
+    *SETUP_PREAMBLE,
+    """
+    CREATE TABLE IF NOT EXISTS lgr_idempotency (
+        key text PRIMARY KEY,
+        tool text,
+        thread_id text,
+        args jsonb,
+        status text NOT NULL DEFAULT 'pending'
+            CHECK (status IN ('pending', 'done', 'failed')),
+        result jsonb,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_thread_idx ON lgr_idempotency (thread_id)",
+    "ALTER TABLE lgr_idempotency ADD COLUMN IF NOT EXISTS fingerprint text",
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_unresolved_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'pending'",
+    # done effects of a thread by fingerprint: what a claim finds that a rewound thread
+    # no longer holds (on a large table created by an earlier version, create it
+    # beforehand with CREATE INDEX CONCURRENTLY, same name)
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_done_idx "
+    "ON lgr_idempotency (thread_id, fingerprint) WHERE status = 'done'",
+    # `purge`: completed rows by age. On a large table created by an earlier version,
+    # create it beforehand with CREATE INDEX CONCURRENTLY (same name) to avoid
+    # blocking writes while it builds; this statement is then a no-op.
+    "CREATE INDEX IF NOT EXISTS lgr_idempotency_completed_idx "
+    "ON lgr_idempotency (updated_at) WHERE status IN ('done', 'failed')",
+    # the thread leases, whose tokens the ledger's writes carry (``lgr_fenced``)
+    *LEASE_DDL,
+    _CLAIM_FUNCTION,
+)
+"""The ledger's tables, and the leases its writes are fenced by, in one transaction:
+the lock wait capped (`SetupTimeoutError`, never a hang), under the setup lock."""
+
 DIALECT = LedgerDialect(
     # The intent: one durable round trip for a new key. A key that exists returns no
     # row, and the claim script reads it (a second round trip, only on a replay).
@@ -193,54 +240,17 @@ DIALECT = LedgerDialect(
         RETURNING key
     """,
     # The intent and the thread's other pending intents of its fingerprint (what the
-    # exactly-once flow reconciles before a new effect runs), in one round trip: the
-    # SELECT reads the snapshot the INSERT started from, so it never sees this key.
-    # Both are fenced in the statement: a writer whose thread lease was taken over or
-    # lapsed gets `ThreadLockLostError` (SQLSTATE LR001, raised by ``lgr_fenced``) and
-    # nothing is written, with no gap between the check and the write.
-    intent_unresolved=f"""
-        WITH new AS (
-            INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
-            SELECT %(key)s, %(tool)s, %(thread_id)s, %(args)s::jsonb, %(fingerprint)s
-            WHERE lgr_fenced(%(thread_id)s, %(fences)s::jsonb)
-            ON CONFLICT (key) DO NOTHING
-            RETURNING key
-        )
-        SELECT 'new' AS lgr_kind, key, {_NO_RECORD} FROM new
-        UNION ALL
-        SELECT 'sibling' AS lgr_kind, {COLUMNS}, {_AGE} FROM lgr_idempotency
-        WHERE thread_id = %(thread_id)s AND fingerprint = %(fingerprint)s
-          AND status = 'pending' AND key <> %(key)s
-        UNION ALL
-        SELECT 'done' AS lgr_kind, key, {_DONE_ROW} FROM lgr_idempotency
-        WHERE thread_id = %(thread_id)s AND fingerprint = %(fingerprint)s
-          AND status = 'done'
-    """,
-    # The same for several keys of one thread (a step's concurrent claims, sent as one
-    # statement by `group_commit`); each row names the key it answers (``lgr_for``).
-    # The statement's snapshot holds none of its own intents: as if the claims had
-    # run at the same instant, each on its own.
-    intents_unresolved=f"""
-        WITH i AS (
-            SELECT * FROM unnest(
-                %(keys)s::text[], %(tools)s::text[], %(args)s::jsonb[], %(fingerprints)s::text[]
-            ) AS i(key, tool, args, fingerprint)
-        ), new AS (
-            INSERT INTO lgr_idempotency (key, tool, thread_id, args, fingerprint)
-            SELECT key, tool, %(thread_id)s, args, fingerprint FROM i
-            WHERE lgr_fenced(%(thread_id)s, %(fences)s::jsonb)
-            ON CONFLICT (key) DO NOTHING
-            RETURNING key
-        )
-        SELECT 'new' AS lgr_kind, key AS lgr_for, key, {_NO_RECORD} FROM new
-        UNION ALL
-        SELECT 'sibling', i.key, {_QUALIFIED}, {_AGE} FROM i JOIN lgr_idempotency AS l
-        ON l.thread_id = %(thread_id)s AND l.fingerprint = i.fingerprint
-          AND l.status = 'pending' AND l.key <> i.key
-        UNION ALL
-        SELECT 'done', i.key, l.key, {_DONE_ROW} FROM i JOIN lgr_idempotency AS l
-        ON l.thread_id = %(thread_id)s AND l.fingerprint = i.fingerprint AND l.status = 'done'
-    """,
+    # exactly-once flow reconciles before a new effect runs), in one round trip, by
+    # `_CLAIM_FUNCTION`; for one key, or several of one thread (a step's concurrent
+    # claims, sent as one statement by `group_commit`).
+    intent_unresolved=(
+        "SELECT * FROM lgr_claim(ARRAY[%(key)s], ARRAY[%(tool)s], ARRAY[%(args)s::jsonb], "
+        "ARRAY[%(fingerprint)s], %(thread_id)s, %(fences)s::jsonb)"
+    ),
+    intents_unresolved=(
+        "SELECT * FROM lgr_claim(%(keys)s::text[], %(tools)s::text[], %(args)s::jsonb[], "
+        "%(fingerprints)s::text[], %(thread_id)s, %(fences)s::jsonb)"
+    ),
     get=f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE key = %(key)s",
     # The outcome of a pending intent; first outcome wins (a recorded one is never
     # overwritten). The relaxed variant does not wait for its WAL flush:

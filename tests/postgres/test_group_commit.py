@@ -39,17 +39,22 @@ def _until(done: Callable[[], bool], what: str) -> None:
         time.sleep(0.005)
 
 
+def _kind(query: str) -> str:
+    """A statement's kind: ``claim`` for a call of the claim function, else its first word."""
+    return "claim" if "lgr_claim(" in query else query.split(maxsplit=1)[0]
+
+
 def _counted(store: Any) -> list[str]:
-    """The first word of every statement the store sends (its runner wrapped)."""
+    """The kind of every statement the store sends (its runner wrapped)."""
     sent: list[str] = []
     rows, arows = store._rows, store._arows
 
     def counted(query: str, params: Any) -> Any:
-        sent.append(query.split(maxsplit=1)[0])
+        sent.append(_kind(query))
         return rows(query, params)
 
     async def acounted(query: str, params: Any) -> Any:
-        sent.append(query.split(maxsplit=1)[0])
+        sent.append(_kind(query))
         return await arows(query, params)
 
     store._rows, store._arows = counted, acounted
@@ -134,7 +139,7 @@ def test_a_steps_concurrent_claims_go_as_one_statement(
     for thread in threads:
         thread.join(timeout=30)
 
-    assert sent == ["WITH"] * (len(HELD) + 1)  # two alone, fourteen in one statement
+    assert sent == ["claim"] * (len(HELD) + 1)  # two alone, fourteen in one statement
     assert {key: c.state for key, c in claims.items()} == {f"k{i}": "new" for i in range(WRITERS)}
     assert [r.key for r in claims["k0"].unresolved or ()] == ["old"]
     for i in range(len(HELD), WRITERS):  # as each would have read it, right after k0
@@ -214,7 +219,7 @@ async def test_async_claims_and_outcomes_of_a_step_go_together(pg_route: str) ->
             )
         )
         assert [c.state for c in claims] == ["new"] * WRITERS
-        assert sent == ["WITH"] * 3  # two alone, the others queued behind them
+        assert sent == ["claim"] * 3  # two alone, the others queued behind them
         sent.clear()
         await asyncio.gather(*(store.arecord_outcome(f"a{i}", i) for i in range(WRITERS)))
         assert sent == ["UPDATE"] * 3
@@ -279,5 +284,5 @@ def test_a_step_of_many_side_effects_sends_few_statements_and_pays_each_once(
     assert sorted(paid) == sorted(f"o{i}" for i in range(WRITERS))
     assert sorted(m.tool_call_id for m in answers) == sorted(f"call_{i}" for i in range(WRITERS))
     assert all(m.status == "success" for m in answers)
-    ledger_writes = [word for word in sent if word in ("WITH", "UPDATE")]
+    ledger_writes = [word for word in sent if word in ("claim", "UPDATE")]
     assert len(ledger_writes) < 2 * WRITERS, sent

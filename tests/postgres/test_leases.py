@@ -374,6 +374,19 @@ def test_a_ledger_set_up_before_leases_says_to_run_setup(pg_dsn: str) -> None:
         assert p.idempotency.claim("k", tool="pay", args_json="{}", thread_id="t").state == "new"
 
 
+def test_a_ledger_set_up_before_the_claim_function_says_to_run_setup(pg_dsn: str) -> None:
+    """Tables created by a version that claimed inline, without ``lgr_claim``: a claim
+    says which function is missing and to run setup() once; after it, claims go on."""
+    with open_postgres(pg_dsn) as p:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute("DROP FUNCTION lgr_claim(text[], text[], jsonb[], text[], text, jsonb)")
+        with pytest.raises(ConfigurationError, match=r"lgr_claim.*run setup\(\) once"):
+            p.idempotency.claim("k", tool="pay", args_json="{}", thread_id="t", fingerprint="f")
+        p.idempotency.setup()
+        claim = p.idempotency.claim("k", tool="pay", args_json="{}", thread_id="t", fingerprint="f")
+        assert claim.state == "new"
+
+
 def test_a_stale_holders_claim_is_refused_on_a_saver_connection(pg_dsn: str) -> None:
     """A ledger on LangGraph's own saver's single connection (under the saver's lock)
     is fenced the same: a stale holder's claim is refused, typed."""
