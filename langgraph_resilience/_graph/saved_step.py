@@ -18,7 +18,10 @@ its step runs from back, until it is there, with public means only:
   thread).
 
 The first read comes at once (under ``durability="sync"`` the save came before the
-step, so it finds it), then after 1 ms, doubling to 50 ms. The calls of a step that
+step, so it finds it), then after 1 ms, doubling to 50 ms; but a read that misses while
+the saver is busy (its ``lock``, which LangGraph's savers hold for each write) reads
+again as soon as that write is done, up to `_EARLY_READS` times: the save is most
+often the write under way, and a sleep would overshoot it. The calls of a step that
 wait at once share one poll, and a checkpoint once found is remembered (`KNOWN`), so
 the step's later calls read nothing. A checkpointer that
 keeps its checkpoints in this process only (a plain `InMemorySaver`, or none) is not
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import threading
 from typing import Any, Literal
@@ -52,6 +56,9 @@ SAVE_WAIT = 10.0
 """Seconds a side effect waits for its step's checkpoint before the run stops."""
 
 _FIRST_POLL, _MAX_POLL = 0.001, 0.05
+_EARLY_READS = 3
+"""Misses that wait for the saver's write under way instead of sleeping: bounded, as a
+saver shared by many runs is nearly always busy with some other run's write."""
 _NS_SEP = "|"
 
 
@@ -201,8 +208,9 @@ _REAL_TIME = SystemClock()
 def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
     """Read the checkpoint back until it is there, for `SAVE_WAIT` seconds in all: at
     once, then after 1 ms, doubling to 50 ms. A failed read counts as not saved yet."""
-    waited, delay = 0.0, _FIRST_POLL
+    waited, delay, early = 0.0, _FIRST_POLL, _EARLY_READS
     last: Exception | None = None
+    lock = _write_lock(step.checkpointer)
     while True:
         try:
             found = yield _read(step)
@@ -213,10 +221,50 @@ def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
             return
         if waited >= SAVE_WAIT:
             raise StepNotSavedError(tool, SAVE_WAIT) from last
+        if lock is not None and early:
+            early -= 1
+            behind: float = yield Call(_after_write, _aafter_write, (lock, _MAX_POLL))
+            if behind:
+                waited += behind
+                continue
         delay = min(delay, SAVE_WAIT - waited)
         yield Sleep(delay)
         waited += delay
         delay = min(delay * 2, _MAX_POLL)
+
+
+_THREAD_LOCK = type(threading.Lock())
+
+
+def _write_lock(saver: BaseCheckpointSaver[Any]) -> Any:
+    """The lock `saver` holds while it writes (LangGraph's Postgres and SQLite savers
+    have one, ``lock``), when it is a plain lock this module can wait on; else None."""
+    lock = getattr(saver, "lock", None)
+    return lock if isinstance(lock, (_THREAD_LOCK, asyncio.Lock)) else None
+
+
+def _after_write(lock: Any, most: float) -> float:
+    """Wait for the write under way on `lock`, at most `most` seconds: the seconds
+    waited, 0.0 when none was under way (or the lock is an event loop's)."""
+    if not isinstance(lock, _THREAD_LOCK) or not lock.locked():
+        return 0.0
+    start = _REAL_TIME.monotonic()
+    if lock.acquire(timeout=most):
+        lock.release()
+    return max(_REAL_TIME.monotonic() - start, 1e-6)
+
+
+async def _aafter_write(lock: Any, most: float) -> float:
+    """Async `_after_write` (a sync saver's lock waited on in a worker thread)."""
+    if not lock.locked():
+        return 0.0
+    if not isinstance(lock, asyncio.Lock):
+        return await asyncio.to_thread(_after_write, lock, most)
+    start = _REAL_TIME.monotonic()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(lock.acquire(), most)
+        lock.release()
+    return max(_REAL_TIME.monotonic() - start, 1e-6)
 
 
 _EXISTS_SQL = (

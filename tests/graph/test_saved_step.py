@@ -30,6 +30,7 @@ from langgraph.runtime import ExecutionInfo
 from langgraph_resilience import ResilienceMiddleware, ToolProfile, add_resilience
 from langgraph_resilience._graph import saved_step
 from langgraph_resilience._graph.saved_step import SavedStep, step_to_save
+from langgraph_resilience.core.flow import Sleep, drive
 from langgraph_resilience.errors import StepNotSavedError
 from langgraph_resilience.stores import InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
@@ -527,3 +528,95 @@ def test_a_poll_that_times_out_stops_every_call_of_its_step(
 
     assert len(failed) == 4
     assert saved_step._POLLS == {}
+
+
+class _WritingSaver(DiskSaver):
+    """A saver that holds its ``lock`` while it writes, as LangGraph's own savers do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.first_read = threading.Event()
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        found = super().get_tuple(config)
+        self.first_read.set()
+        return found
+
+
+class _Sleeps:
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+
+def test_a_miss_while_the_saver_writes_reads_again_once_the_write_is_done() -> None:
+    """The save under way when the first read missed: the wait reads again as soon as
+    the saver's lock is free, without sleeping past it."""
+    saver = _WritingSaver()
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+
+    def write() -> None:
+        with saver.lock:
+            saver.first_read.wait(10)  # the write is under way when the read misses
+            saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    sleeps = _Sleeps()
+    try:
+        drive(saved_step._until_saved(SavedStep(saver, at), "pay"), sleeps)
+    finally:
+        writer.join(10)
+
+    assert saver.step_reads == 2
+    assert sleeps.slept == []
+
+
+def test_a_saver_always_busy_falls_back_to_sleeping() -> None:
+    """A saver busy with other runs' writes at every miss: three reads follow its
+    writes, then the wait sleeps, doubling, as for any saver."""
+    saver = _WritingSaver()
+    _, _, at = _checkpoint_of(uuid.uuid4().hex)
+    flow = saved_step._until_saved(SavedStep(saver, at), "pay")
+    seen: list[str] = []
+    action = next(flow)
+    for _ in range(10):
+        if isinstance(action, Sleep):
+            seen.append(f"sleep {action.seconds}")
+            action = flow.send(None)
+        elif action.sync is saved_step._after_write:
+            seen.append("after write")
+            action = flow.send(0.002)  # some write was under way
+        else:
+            seen.append("read")
+            action = flow.send(None)  # not saved yet
+    flow.close()
+
+    assert seen == [
+        *["read", "after write"] * 3,
+        *["read", "sleep 0.001", "read", "sleep 0.002"],
+    ]
+
+
+def test_waiting_for_a_write_is_bounded_and_says_whether_one_was_under_way() -> None:
+    lock = threading.Lock()
+    assert saved_step._after_write(lock, 0.05) == 0.0
+    with lock:
+        assert saved_step._after_write(lock, 0.001) > 0.0
+    assert saved_step._after_write(asyncio.Lock(), 0.05) == 0.0  # a loop's: not from a thread
+
+
+def test_an_async_wait_follows_the_saver_s_write() -> None:
+    async def main() -> tuple[float, float]:
+        lock = asyncio.Lock()
+        idle = await saved_step._aafter_write(lock, 0.05)
+        await lock.acquire()
+        asyncio.get_running_loop().call_soon(lock.release)
+        return idle, await saved_step._aafter_write(lock, 5.0)
+
+    idle, behind = asyncio.run(main())
+    assert idle == 0.0
+    assert 0.0 < behind < 5.0
