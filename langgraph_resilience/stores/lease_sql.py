@@ -84,8 +84,37 @@ LEASE_DDL = (
     END
     $lgr$
     """,
+    """
+    CREATE OR REPLACE FUNCTION lgr_acquire(p_thread text, p_holder text, p_ttl float8, p_dead text)
+    RETURNS TABLE (token bigint, db text, holder text, expires_in float8)
+    LANGUAGE plpgsql VOLATILE AS $lgr$
+    #variable_conflict use_column
+    BEGIN
+        RETURN QUERY
+        WITH taken AS (
+            INSERT INTO lgr_thread_leases AS l (thread_id, holder, token, expires_at)
+            VALUES (p_thread, p_holder, nextval('lgr_thread_lease_tokens'),
+                    now() + make_interval(secs => p_ttl))
+            ON CONFLICT (thread_id) DO UPDATE
+            SET holder = EXCLUDED.holder, token = EXCLUDED.token,
+                expires_at = EXCLUDED.expires_at
+            WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder OR l.holder = p_dead
+            RETURNING l.token
+        )
+        SELECT taken.token, current_database()::text, NULL::text, NULL::float8 FROM taken
+        UNION ALL
+        SELECT NULL::bigint, NULL::text, l.holder,
+               EXTRACT(EPOCH FROM l.expires_at - now())::float8
+        FROM lgr_thread_leases AS l
+        WHERE l.thread_id = p_thread AND NOT EXISTS (SELECT 1 FROM taken);
+    END
+    $lgr$
+    """,
 )
-"""The sequence, the table and the two fence functions (idempotent)."""
+"""The sequence, the table, the two fence functions and `ACQUIRE`'s (idempotent).
+Functions, not inline statements, where planning cost more than running: PL/pgSQL
+keeps its plans per server session, which a transaction pooler leaves alone, while
+an inline statement is sent unprepared and planned each time."""
 
 SETUP_LOCK_TIMEOUT = "15s"
 """How long a start-up waits for another's DDL (or a lock on our tables) before it
@@ -101,27 +130,11 @@ def setup_transaction(statements: tuple[str, ...]) -> tuple[str, ...]:
     return (*SETUP_PREAMBLE, *statements)
 
 
-ACQUIRE = """
-WITH taken AS (
-    INSERT INTO lgr_thread_leases AS l (thread_id, holder, token, expires_at)
-    VALUES (%(thread_id)s, %(holder)s, nextval('lgr_thread_lease_tokens'),
-            now() + make_interval(secs => %(ttl)s))
-    ON CONFLICT (thread_id) DO UPDATE
-    SET holder = EXCLUDED.holder, token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
-    WHERE l.expires_at <= now() OR l.holder = EXCLUDED.holder OR l.holder = %(dead)s
-    RETURNING token
-)
-SELECT token, current_database() AS db, NULL::text AS holder, NULL::float8 AS expires_in
-FROM taken
-UNION ALL
-SELECT NULL, NULL, holder, EXTRACT(EPOCH FROM expires_at - now())::float8
-FROM lgr_thread_leases
-WHERE thread_id = %(thread_id)s AND NOT EXISTS (SELECT 1 FROM taken)
-"""
+ACQUIRE = "SELECT * FROM lgr_acquire(%(thread_id)s, %(holder)s, %(ttl)s::float8, %(dead)s::text)"
 """Take the thread's lease when it is free, expired, ours already (a retry whose
 answer was lost) or held by ``dead``, a holder known to have died: one row with the
 new ``token``. Else one row naming the ``holder`` and the seconds until its lease
-lapses unless renewed (``expires_in``)."""
+lapses unless renewed (``expires_in``). By ``lgr_acquire`` (`LEASE_DDL`)."""
 
 RENEW = """
 UPDATE lgr_thread_leases SET expires_at = now() + make_interval(secs => %(ttl)s)

@@ -41,6 +41,7 @@ from langgraph_resilience.core.lease import (
     wait_seconds,
 )
 from langgraph_resilience.errors import (
+    ConfigurationError,
     PersistenceError,
     SetupTimeoutError,
     ThreadBusyError,
@@ -346,6 +347,14 @@ def ensure_schema(runner: LeaseRunner, where: str = "") -> Flow[None]:
         ) from None
 
 
+def _schema_missing(exc: BaseException) -> bool:
+    """The lease table is missing, or predates a function of ours (a database set up by
+    an older version, refused by the runner as `ConfigurationError`): `ensure_schema`
+    adds what is missing."""
+    cause = exc.__cause__ if isinstance(exc, ConfigurationError) else exc
+    return isinstance(cause, (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction))
+
+
 def _busy(thread_id: str, where: str, row: Mapping[str, Any] | None) -> ThreadBusyError:
     """Who holds the thread, as precisely as the refusal said."""
     if row is None or row.get("holder") is None:
@@ -407,8 +416,12 @@ def _acquiring(
         sent = _since_boot()
         try:
             rows = yield Call(runner.rows, runner.arows, (lease_sql.ACQUIRE, params))
-        except psycopg.errors.UndefinedTable:
-            if created:
+        except (
+            psycopg.errors.UndefinedTable,
+            psycopg.errors.UndefinedFunction,
+            ConfigurationError,
+        ) as exc:
+            if created or not _schema_missing(exc):
                 raise
             yield from ensure_schema(runner, where)
             created = True

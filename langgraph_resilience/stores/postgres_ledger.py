@@ -74,22 +74,41 @@ _SAGA_DDL = (
     "CREATE INDEX IF NOT EXISTS lgr_saga_thread_idx ON lgr_saga (thread_id, seq)",
 )
 
-_OUTCOME = """
-UPDATE lgr_idempotency
-SET status = %(status)s, result = %(result)s::jsonb, updated_at = now()
-{commit_mode}WHERE key = %(key)s AND status = 'pending'
-RETURNING key, thread_id, NOT lgr_lease_holds(thread_id, %(fences)s::jsonb) AS lgr_stale
+_OUTCOME_FUNCTION = """
+CREATE OR REPLACE FUNCTION lgr_outcome(
+    p_keys text[], p_statuses text[], p_results jsonb[], p_fences jsonb, p_relaxed boolean
+) RETURNS TABLE (key text, thread_id text, lgr_stale boolean)
+LANGUAGE plpgsql VOLATILE AS $lgr$
+#variable_conflict use_column
+BEGIN
+    IF p_relaxed THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    RETURN QUERY
+    WITH done AS (
+        UPDATE lgr_idempotency AS l
+        SET status = i.status, result = i.result, updated_at = now()
+        FROM unnest(p_keys, p_statuses, p_results) AS i(key, status, result)
+        WHERE l.key = i.key AND l.status = 'pending'
+        RETURNING l.key, l.thread_id, NOT lgr_lease_holds(l.thread_id, p_fences)
+    )
+    SELECT * FROM done;
+END
+$lgr$
 """
-_OUTCOMES = """
-UPDATE lgr_idempotency AS l
-SET status = i.status, result = i.result, updated_at = now()
-FROM {commit_mode}unnest(%(keys)s::text[], %(statuses)s::text[], %(results)s::jsonb[])
-    AS i(key, status, result)
-WHERE l.key = i.key AND l.status = 'pending'
-RETURNING l.key, l.thread_id, NOT lgr_lease_holds(l.thread_id, %(fences)s::jsonb) AS lgr_stale
-"""
-"""`_OUTCOME` for several keys (`langgraph_resilience.stores.group_commit`)."""
-_RELAXED = "(SELECT set_config('synchronous_commit', 'off', true)) AS commit_mode"
+"""The outcomes of pending intents, one row per key recorded; the first outcome wins (a
+recorded one is never overwritten). ``p_relaxed``: the commit does not wait for its WAL
+flush (``set_config(..., true)`` is transaction-local, so it applies to this one
+autocommit statement and never leaks into a pooled session). A function for the reason
+`_CLAIM_FUNCTION` is."""
+_OUTCOME = (
+    "SELECT * FROM lgr_outcome(ARRAY[%(key)s], ARRAY[%(status)s], ARRAY[%(result)s::jsonb], "
+    "%(fences)s::jsonb, {relaxed})"
+)
+_OUTCOMES = (
+    "SELECT * FROM lgr_outcome(%(keys)s::text[], %(statuses)s::text[], %(results)s::jsonb[], "
+    "%(fences)s::jsonb, {relaxed})"
+)
 # The outcome of an effect that ran is a fact, kept whoever reports it: refusing a
 # stale holder's outcome would make the ledger forget an effect that happened (the
 # next owner could run it again). ``lgr_stale`` says the writer's lease is gone, and
@@ -225,6 +244,7 @@ _IDEMPOTENCY_DDL = (
     # the thread leases, whose tokens the ledger's writes carry (``lgr_fenced``)
     *LEASE_DDL,
     _CLAIM_FUNCTION,
+    _OUTCOME_FUNCTION,
 )
 """The ledger's tables, and the leases its writes are fenced by, in one transaction:
 the lock wait capped (`SetupTimeoutError`, never a hang), under the setup lock."""
@@ -253,13 +273,12 @@ DIALECT = LedgerDialect(
     ),
     get=f"SELECT {COLUMNS}, {_AGE} FROM lgr_idempotency WHERE key = %(key)s",
     # The outcome of a pending intent; first outcome wins (a recorded one is never
-    # overwritten). The relaxed variant does not wait for its WAL flush:
-    # ``set_config(..., true)`` is transaction-local, so it applies to this one
-    # autocommit statement and never leaks into the pooled session.
-    outcome=_OUTCOME.format(commit_mode=""),
-    relaxed_outcome=_OUTCOME.format(commit_mode=f"FROM {_RELAXED}\n"),
-    outcomes=_OUTCOMES.format(commit_mode=""),
-    relaxed_outcomes=_OUTCOMES.format(commit_mode=f"{_RELAXED}, "),
+    # overwritten), by `_OUTCOME_FUNCTION`; the relaxed variant does not wait for
+    # its WAL flush.
+    outcome=_OUTCOME.format(relaxed="false"),
+    relaxed_outcome=_OUTCOME.format(relaxed="true"),
+    outcomes=_OUTCOMES.format(relaxed="false"),
+    relaxed_outcomes=_OUTCOMES.format(relaxed="true"),
     # An outcome for a key with no intent (never claimed, or released): inserted,
     # unless another writer got there first.
     outcome_insert="""

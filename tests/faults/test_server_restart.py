@@ -137,12 +137,12 @@ def test_server_restart(pg_dsn: str, proxy: PgProxy, tally: Tally, mode: str) ->
 # ------------------------------------------------------------------ at exact protocol points
 
 POINTS = [
-    ("thread lock", b"INSERT INTO lgr_thread_leases"),
+    ("thread lock", b"lgr_acquire("),
     ("checkpoint blobs", b"INSERT INTO checkpoint_blobs"),
     ("checkpoint", b"INSERT INTO checkpoints"),
     ("checkpoint writes", b"INSERT INTO checkpoint_writes"),
-    ("ledger claim", b"INSERT INTO lgr_idempotency"),
-    ("ledger outcome", b"UPDATE lgr_idempotency"),
+    ("ledger claim", b"lgr_claim("),
+    ("ledger outcome", b"lgr_outcome("),
 ]
 """Statements a run sends. A trigger fires at the first one sent after it is armed (no
 statement is prepared: each carries its text). The fence's check is left out: it runs

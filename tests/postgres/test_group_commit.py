@@ -40,8 +40,12 @@ def _until(done: Callable[[], bool], what: str) -> None:
 
 
 def _kind(query: str) -> str:
-    """A statement's kind: ``claim`` for a call of the claim function, else its first word."""
-    return "claim" if "lgr_claim(" in query else query.split(maxsplit=1)[0]
+    """A statement's kind: ``claim`` or ``outcome`` for a call of the ledger's function
+    of that name, else its first word."""
+    for kind in ("claim", "outcome"):
+        if f"lgr_{kind}(" in query:
+            return kind
+    return query.split(maxsplit=1)[0]
 
 
 def _counted(store: Any) -> list[str]:
@@ -170,7 +174,7 @@ def test_concurrent_outcomes_go_as_one_statement(pool: ConnectionPool[Any], pg_d
     for thread in threads:
         thread.join(timeout=30)
 
-    assert sent == ["UPDATE"] * (len(HELD) + 1)
+    assert sent == ["outcome"] * (len(HELD) + 1)
     assert [(r.status, r.result) for r in map(store.get, keys)] == [("done", k) for k in keys]
     # the first outcome still wins: a second is not written over it
     assert store.record_outcome("k3", "again").result == "k3"
@@ -222,7 +226,7 @@ async def test_async_claims_and_outcomes_of_a_step_go_together(pg_route: str) ->
         assert sent == ["claim"] * 3  # two alone, the others queued behind them
         sent.clear()
         await asyncio.gather(*(store.arecord_outcome(f"a{i}", i) for i in range(WRITERS)))
-        assert sent == ["UPDATE"] * 3
+        assert sent == ["outcome"] * 3
         results = [await store.aget(f"a{i}") for i in range(WRITERS)]
         assert [r.result if r else None for r in results] == list(range(WRITERS))
 
@@ -284,5 +288,5 @@ def test_a_step_of_many_side_effects_sends_few_statements_and_pays_each_once(
     assert sorted(paid) == sorted(f"o{i}" for i in range(WRITERS))
     assert sorted(m.tool_call_id for m in answers) == sorted(f"call_{i}" for i in range(WRITERS))
     assert all(m.status == "success" for m in answers)
-    ledger_writes = [word for word in sent if word in ("claim", "UPDATE")]
+    ledger_writes = [word for word in sent if word in ("claim", "outcome")]
     assert len(ledger_writes) < 2 * WRITERS, sent

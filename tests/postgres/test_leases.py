@@ -436,3 +436,24 @@ async def test_an_async_lock_whose_pool_closes_under_it_stops_renewing(
         await asyncio.wait_for(lease._task, 30)  # a bound for a hang, not a clock
         assert lease.lost
     assert caplog.text.count("no renewal answered") == 1
+
+
+_DROP_ACQUIRE = "DROP FUNCTION lgr_acquire(text, text, float8, text)"
+
+
+def test_a_lease_table_that_predates_the_acquire_function_gets_it(pg_dsn: str) -> None:
+    """Leases set up by a version that took them inline: the next lease adds the
+    function and is taken, through a DSN of its own and through a ledger's pool."""
+    with open_postgres(pg_dsn) as p:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(_DROP_ACQUIRE)
+        first = take(other_worker(pg_dsn), "predates-1")
+        first.release()
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(_DROP_ACQUIRE)
+        runner = p.idempotency.lease_runner
+        assert runner is not None
+        flow = acquire(runner, "predates-2", ttl=30.0, wait=False, clock=REAL, where="test")
+        second = drive(flow, REAL)
+        second.release()
+    assert second.token > first.token
