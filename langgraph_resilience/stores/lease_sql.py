@@ -112,7 +112,7 @@ LEASE_DDL = (
     """,
 )
 """The sequence, the table, the two fence functions and `ACQUIRE`'s (idempotent).
-Functions, not inline statements, where planning cost more than running: PL/pgSQL
+Functions, not inline statements, where planning added most to a call: PL/pgSQL
 keeps its plans per server session, which a transaction pooler leaves alone, while
 an inline statement is sent unprepared and planned each time."""
 
