@@ -223,7 +223,10 @@ def _until_saved(step: SavedStep, tool: str) -> Flow[None]:
             raise StepNotSavedError(tool, SAVE_WAIT) from last
         if lock is not None and early:
             early -= 1
-            behind: float = yield Call(_after_write, _aafter_write, (lock, _MAX_POLL))
+            try:
+                behind: float = yield Call(_after_write, _aafter_write, (lock, _MAX_POLL))
+            except Exception:  # a lock this loop cannot wait on (another loop's): poll
+                behind, lock = 0.0, None
             if behind:
                 waited += behind
                 continue

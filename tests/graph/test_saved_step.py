@@ -30,7 +30,7 @@ from langgraph.runtime import ExecutionInfo
 from langgraph_resilience import ResilienceMiddleware, ToolProfile, add_resilience
 from langgraph_resilience._graph import saved_step
 from langgraph_resilience._graph.saved_step import SavedStep, step_to_save
-from langgraph_resilience.core.flow import Sleep, drive
+from langgraph_resilience.core.flow import Sleep, adrive, drive
 from langgraph_resilience.errors import StepNotSavedError
 from langgraph_resilience.stores import InMemoryIdempotencyStore
 from langgraph_resilience.stores.saga import InMemorySagaLog
@@ -620,3 +620,45 @@ def test_an_async_wait_follows_the_saver_s_write() -> None:
     idle, behind = asyncio.run(main())
     assert idle == 0.0
     assert 0.0 < behind < 5.0
+
+
+class _CountingSaver(InMemorySaver):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        self.reads += 1
+        return self.get_tuple(config)
+
+
+def test_a_lock_this_loop_cannot_wait_on_falls_back_to_polling() -> None:
+    """A saver made in another event loop holds an `asyncio.Lock` bound to that loop:
+    waiting on it here raises, so the wait polls instead of failing the side effect."""
+    saver = _CountingSaver()
+    config, checkpoint, at = _checkpoint_of(uuid.uuid4().hex)
+    lock = asyncio.Lock()
+
+    async def hold_in_another_loop() -> None:
+        await lock.acquire()
+        waiter = asyncio.ensure_future(lock.acquire())  # binds the lock to this loop
+        await asyncio.sleep(0)
+        waiter.cancel()
+
+    asyncio.run(hold_in_another_loop())
+    saver.lock = lock  # type: ignore[attr-defined]
+    slept: list[float] = []
+
+    class SavesWhileAsleep:
+        async def asleep(self, seconds: float) -> None:
+            slept.append(seconds)
+            saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="different event loop"):
+            await saved_step._aafter_write(lock, 0.05)  # what the wait meets
+        await adrive(saved_step._until_saved(SavedStep(saver, at), "pay"), SavesWhileAsleep())
+
+    asyncio.run(main())
+    assert saver.reads == 2  # a miss, the wait that could not wait, a sleep, found
+    assert slept == [0.001]
