@@ -39,6 +39,14 @@ What it measures, in one run:
    delta into 20 and 200 calls. For reference, tenacity's cost per successful
    call when tenacity is importable (it is never installed for this).
 
+3. **Where A's extra time goes, in situ** (``--profile``): the wall time of each piece of
+   a clean turn where it runs (the tools node, the step around ToolNode, planning,
+   finishing, the interception, the tools, the branches, the tally reducer, the
+   checkpoint writes), summed per turn, A and B interleaved, medians; and what the
+   listed pieces leave of the turn's delta (LangGraph's own work for A's graph). Part 2
+   times the same code hot, in a loop; in a turn it runs once, cold, and costs several
+   times more.
+
 Run it from the repository root::
 
     python benchmarks/overhead.py                 # full run (~1-3 min)
@@ -59,23 +67,20 @@ rows, never as a crash. See benchmarks/README.md for how to read the output.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
-import cProfile
 import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import json
 import logging
 import os
 import platform
-import pstats
 import random
 import sqlite3
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import timeit
 import uuid
@@ -92,14 +97,13 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.prebuilt import tool_node as tool_node_module
 from psycopg.rows import dict_row
 
 from benchmarks.scratch import scratch_database
 from langgraph_resilience import ResiliencePolicy, ResilienceState, add_resilience
 from langgraph_resilience._graph import tools as tools_module
 from langgraph_resilience._graph.finish import finish_step
-from langgraph_resilience._graph.pending import route_entry
+from langgraph_resilience._graph.router import SelfRouted
 from langgraph_resilience._graph.state import empty_tally, merge_tally
 from langgraph_resilience._graph.tool_batch import plan_batch, step_input
 from langgraph_resilience._graph.tool_call import CallInterceptor
@@ -859,237 +863,163 @@ def bench_tenacity(sizes: Sizes) -> dict[str, Any] | None:
     }
 
 
-# ------------------------------------------------------------------ profiling
+# ------------------------------------------------------------------ part 3: in situ
 
 
-class InlineExecutor(concurrent.futures.Executor):
-    """Runs submitted work in the calling thread (profiling only)."""
+def _clocked(func: Callable[..., Any], label: str, into: dict[str, float]) -> Callable[..., Any]:
+    """`func`, adding the wall time of each call to ``into[label]``."""
 
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    @functools.wraps(func)
+    def clocked(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
         try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # delivered through the future, as a pool would
-            future.set_exception(exc)
-        return future
+            return func(*args, **kwargs)
+        finally:
+            into[label] = into.get(label, 0.0) + time.perf_counter() - start
+
+    return clocked
+
+
+Point = tuple[Any, str, str]
+"""``(owner, attribute, label)``: a class, module or object whose callable attribute is
+timed under `label` (several points may share a label: their times add up)."""
 
 
 @contextlib.contextmanager
-def tools_inline() -> Iterator[None]:
-    """Make ToolNode run its tool calls in the calling thread, in both graphs.
-
-    ToolNode fans tool calls out to a fresh thread pool; a profiler sees the
-    main thread waiting and the workers competing for the GIL, which blurs
-    the attribution. Only the profile does this; the timed runs never do.
-    """
-    original = tool_node_module.get_executor_for_config
-    tool_node_module.get_executor_for_config = lambda config: InlineExecutor()  # type: ignore[assignment]
+def clocks(points: list[Point], into: dict[str, float]) -> Iterator[None]:
+    """Time every point into `into` for the block, then put each attribute back as it
+    was (an inherited method is deleted again from the class it was set on)."""
+    undo: list[Callable[[], None]] = []
     try:
+        for owner, attr, label in points:
+            inherited = isinstance(owner, type) and attr not in vars(owner)
+            original = getattr(owner, attr)
+            setattr(owner, attr, _clocked(original, label, into))
+            undo.append(
+                functools.partial(delattr, owner, attr)
+                if inherited
+                else functools.partial(setattr, owner, attr, original)
+            )
         yield
     finally:
-        tool_node_module.get_executor_for_config = original  # type: ignore[assignment]
+        for step in reversed(undo):
+            step()
 
 
-def _profile_graph(graph: Any, turns: int) -> pstats.Stats:
-    """Profile `turns` turns: tools inline, checkpoints saved synchronously.
-
-    Checkpoint saves still run on LangGraph's background thread, so every
-    thread gets its own `cProfile.Profile`. The timer is the thread's CPU time:
-    a wall-clock profile on a shared machine mostly measures the neighbours
-    (thread starts and queue hand-offs balloon). The price is a system call per
-    profiler event, which inflates call-heavy code (``inspect.signature``,
-    callback managers) relative to the rest.
-    """
-    profilers: list[cProfile.Profile] = []
-
-    def start_in_thread(frame: Any, event: str, arg: Any) -> None:
-        profiler = cProfile.Profile(time.thread_time)
-        profilers.append(profiler)
-        profiler.enable()  # replaces this hook for the rest of the thread
-
-    main = cProfile.Profile(time.thread_time)
-    with tools_inline():
-        threading.setprofile(start_in_thread)
-        main.enable()
-        try:
-            for _ in range(turns):
-                run_turn(graph, durability="sync")
-        finally:
-            main.disable()
-            threading.setprofile(None)  # type: ignore[arg-type]
-    stats = pstats.Stats(main)
-    for profiler in profilers:
-        with contextlib.suppress(TypeError):  # a thread that recorded nothing
-            stats.add(pstats.Stats(profiler))
-    return stats
+def _graph_points(graph: Any) -> list[Point]:
+    """The points of one compiled graph: its branches' routing functions, and the tally
+    reducer of the ``resilience`` channel when it has one."""
+    points: list[Point] = []
+    for branches in graph.builder.branches.values():
+        for spec in branches.values():
+            attr = "route" if hasattr(spec.path, "route") else "func"
+            if callable(getattr(spec.path, attr, None)):
+                points.append((spec.path, attr, "branches"))
+    channel = graph.channels.get("resilience")
+    if channel is not None:
+        points.append((channel, "operator", "tally reducer"))
+    return points
 
 
-WAITS = (
-    "acquire' of '_thread.lock",
-    "'get' of '_queue.SimpleQueue'",
-    "time.sleep",
-    "select.",
-    "poll",
-)
-"""Builtins whose own time is waiting (threads, the GIL, I/O), not work."""
+CLASS_POINTS: list[Point] = [
+    (SelfRouted, "invoke", "our tools node"),
+    (GuardedToolNode, "run", "our step"),
+    (tools_module, "plan_batch", "plan_batch"),
+    (tools_module, "finish_step", "finish_step"),
+    (ToolNode, "invoke", "ToolNode"),
+    (CallInterceptor, "wrap_tool_call", "interception"),
+    (ToolNode, "_execute_tool_sync", "tool execution"),
+    (InMemorySaver, "put", "checkpoint writes"),
+    (InMemorySaver, "put_writes", "checkpoint writes"),
+]
+"""What part 3 times in both graphs (B reaches only LangGraph's)."""
 
 
-def busy_seconds(stats: pstats.Stats) -> float:
-    """Profiled time minus the own time of blocking waits, summed over threads."""
-    waiting = sum(
-        float(row[2])
-        for (_, _, name), row in stats.stats.items()  # type: ignore[attr-defined]
-        if any(wait in name for wait in WAITS)
-    )
-    return float(stats.total_tt) - waiting  # type: ignore[attr-defined]
+def in_situ(turns: int, warmup: int = 20) -> dict[str, Any]:
+    """Where A's extra time goes, timed where it is spent: the wall time of each piece
+    of a clean turn (InMemorySaver, tools in ToolNode's own thread pool), per turn, in
+    A and B interleaved (ABBA); medians of the per-turn values.
+
+    Timing pieces in situ, not in a loop of their own, counts what a loop hides: a
+    piece runs once a turn, its code and data cold (part 2 reads 5-7 times lower)."""
+    missing = [f"{getattr(o, '__name__', o)}.{a}" for o, a, _ in CLASS_POINTS if not hasattr(o, a)]
+    if missing:
+        return {"skipped": f"not in this version: {', '.join(missing)}"}
+    graphs = {"A": build_resilient(InMemorySaver(), turns + warmup + 5)}
+    graphs["B"] = build_plain(InMemorySaver(), turns + warmup + 5)
+    into: dict[str, float] = {}
+    seen: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
+    points = [*CLASS_POINTS, *(p for g in graphs.values() for p in _graph_points(g))]
+    with clocks(points, into):
+        for index in range(warmup + turns):
+            for variant in "AB" if index % 2 else "BA":
+                into.clear()
+                wall, _ = run_turn(graphs[variant])
+                if index >= warmup:
+                    seen[variant].append({**into, "turn": wall})
+    return {"turns": turns, "rows": _in_situ_rows(seen)}
 
 
-def _code_key(func: Any) -> tuple[str, int, str]:
-    code = func.__code__
-    return (code.co_filename, code.co_firstlineno, code.co_name)
+Of = Callable[[dict[str, float]], float]
 
 
-def _cum(stats: pstats.Stats, *, key: tuple[str, int, str] | None = None, **match: str) -> float:
-    """Inclusive seconds of one function, by code key or by file suffix + name."""
-    table = stats.stats  # type: ignore[attr-defined]
-    if key is not None:
-        return float(table[key][3]) if key in table else 0.0
-    return sum(
-        float(row[3])
-        for (file, _, name), row in table.items()
-        if file.endswith(match["file"]) and name == match["name"]
-    )
+def _of(*labels: str, less: tuple[str, ...] = ()) -> Of:
+    """A turn's time in `labels`, minus its time in `less` (the pieces nested in them)."""
+    return lambda turn: sum(turn.get(k, 0.0) for k in labels) - sum(turn.get(k, 0.0) for k in less)
 
 
-def attribute(a: pstats.Stats, b: pstats.Stats, turns: int) -> list[dict[str, Any]]:
-    """Split graph A's extra CPU per turn into the places it is spent (us per turn)."""
-    spans: list[tuple[str, float]] = [
-        ("plan_batch (which calls run)", _cum(a, key=_code_key(plan_batch))),
-        ("step_input (ToolNode's input)", _cum(a, key=_code_key(step_input))),
-        ("finish_step (records, events, the delta)", _cum(a, key=_code_key(finish_step))),
-        ("  of which call_key", _cum(a, key=_code_key(call_key))),
-        ("  of which emit (events)", _cum(a, key=_code_key(emit))),
-        (
-            "interception per tool call (_intercept - _execute_tool_sync)",
-            _cum(a, key=_code_key(CallInterceptor._intercept))
-            - _cum(a, file="langgraph/prebuilt/tool_node.py", name="_execute_tool_sync"),
-        ),
-        (
-            "the entry router (route_entry: pending calls to answer?)",
-            _cum(a, key=_code_key(route_entry)),
-        ),
-        (
-            "ToolNode._func, A - B (nested ToolNode vs ToolNode as the node)",
-            _cum(a, file="langgraph/prebuilt/tool_node.py", name="_func")
-            - _cum(b, file="langgraph/prebuilt/tool_node.py", name="_func"),
-        ),
-        (
-            "conditional edges incl. state reads (BranchSpec._route), A - B",
-            _cum(a, file="langgraph/graph/_branch.py", name="_route")
-            - _cum(b, file="langgraph/graph/_branch.py", name="_route"),
-        ),
-        ("  of which the package's router functions", _route_cum(a)),
-        ("merge_tally (the ledger reducer)", _cum(a, key=_code_key(merge_tally))),
-        (
-            "checkpointer put/put_writes (serialization), A - B",
-            _cum(a, file="langgraph/checkpoint/memory/__init__.py", name="put")
-            + _cum(a, file="langgraph/checkpoint/memory/__init__.py", name="put_writes")
-            - _cum(b, file="langgraph/checkpoint/memory/__init__.py", name="put")
-            - _cum(b, file="langgraph/checkpoint/memory/__init__.py", name="put_writes"),
-        ),
-    ]
-    delta = (busy_seconds(a) - busy_seconds(b)) / turns * 1e6
-    rows = []
-    counted = 0.0
-    for label, seconds in spans:
-        us = seconds / turns * 1e6
-        if not label.startswith("  "):
-            counted += us
-        rows.append({"span": label, "us_per_turn": us, "share_of_delta": us / delta})
-    rest = delta - counted
+IN_SITU_ROWS: list[tuple[str, Of, Of | None, bool]] = [
+    # label, A's time, B's (None: not in B), whether it is a part of the turn's delta
+    ("turn", _of("turn"), _of("turn"), False),
+    ("the tools node", _of("our tools node"), _of("ToolNode"), True),
+    (
+        "  routing after the step (SelfRouted)",
+        _of("our tools node", less=("our step",)),
+        None,
+        False,
+    ),
+    ("  the step around ToolNode", _of("our step", less=("ToolNode",)), None, False),
+    ("    of which plan_batch", _of("plan_batch"), None, False),
+    ("    of which finish_step", _of("finish_step"), None, False),
+    ("  ToolNode (A: inside the step)", _of("ToolNode"), _of("ToolNode"), False),
+    (
+        "    the interception (2 calls, summed)",
+        _of("interception", less=("tool execution",)),
+        None,
+        False,
+    ),
+    ("    tool execution (2 calls, summed)", _of("tool execution"), _of("tool execution"), False),
+    ("branches (A: entry, after the agent)", _of("branches"), _of("branches"), True),
+    ("the tally reducer", _of("tally reducer"), _of("tally reducer"), True),
+    (
+        "checkpoint writes (put, put_writes)",
+        _of("checkpoint writes"),
+        _of("checkpoint writes"),
+        True,
+    ),
+]
+
+
+def _in_situ_rows(seen: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """The report's rows: medians of the per-turn values (us), A - B where B has the
+    piece, and what the listed pieces leave of the turn's delta."""
+
+    def median(variant: str, of: Of) -> float:
+        return statistics.median(of(turn) for turn in seen[variant]) * 1e6
+
+    rows: list[dict[str, Any]] = []
+    listed = 0.0
+    for label, a_of, b_of, part in IN_SITU_ROWS:
+        a = median("A", a_of)
+        b = None if b_of is None else median("B", b_of)
+        delta = None if b is None else a - b
+        listed += delta if part and delta is not None else 0.0
+        rows.append({"piece": label, "A": a, "B": b, "delta": delta})
+    rest = rows[0]["delta"] - listed
     rows.append(
-        {
-            "span": "everything else (Pregel work for the extra node/channel, ...)",
-            "us_per_turn": rest,
-            "share_of_delta": rest / delta,
-        }
+        {"piece": "the rest (LangGraph's work for A's graph)", "A": None, "B": None, "delta": rest}
     )
     return rows
-
-
-def _route_cum(stats: pstats.Stats) -> float:
-    routers = (
-        _optional("langgraph_resilience._graph.router", "route_after_agent"),
-        _optional("langgraph_resilience._graph.router", "route_after_tools"),
-        _optional("langgraph_resilience._graph.router", "next_step"),
-    )
-    return sum(_cum(stats, key=_code_key(r)) for r in routers if r is not None)
-
-
-def profile_turns(sizes: Sizes, top: int = 25) -> dict[str, Any]:
-    """CPU-profile A and B (InMemorySaver): attribution of the delta and top functions."""
-    stats: dict[str, pstats.Stats] = {}
-    turns = sizes.profile_turns
-    for variant, build in (("A", build_resilient), ("B", build_plain)):
-        graph = build(InMemorySaver(), turns + 20)
-        with tools_inline():
-            for _ in range(20):
-                run_turn(graph, durability="sync")
-        stats[variant] = _profile_graph(graph, turns)
-
-    def per_function(s: pstats.Stats) -> dict[str, tuple[float, float, int]]:
-        table: dict[str, tuple[float, float, int]] = {}
-        for (file, line, func), row in s.stats.items():  # type: ignore[attr-defined]
-            table[f"{_short(file)}:{line}({func})"] = (row[2], row[3], row[1])
-        return table
-
-    a, b = per_function(stats["A"]), per_function(stats["B"])
-    totals = {k: busy_seconds(v) / turns * 1e6 for k, v in stats.items()}
-    delta = totals["A"] - totals["B"]
-    diff = []
-    for where in set(a) | set(b):
-        if any(wait in where for wait in WAITS):
-            continue
-        tt_a, _, calls_a = a.get(where, (0.0, 0.0, 0))
-        tt_b, _, calls_b = b.get(where, (0.0, 0.0, 0))
-        own = (tt_a - tt_b) / turns * 1e6
-        diff.append(
-            {
-                "function": where,
-                "own_us_delta": own,
-                "share_of_delta": own / delta,
-                "calls_delta": (calls_a - calls_b) / turns,
-            }
-        )
-    diff.sort(key=lambda row: -row["own_us_delta"])
-    package = sorted(
-        (
-            {
-                "function": where,
-                "cum_us": ct / turns * 1e6,
-                "own_us": tt / turns * 1e6,
-                "calls": c / turns,
-            }
-            for where, (tt, ct, c) in a.items()
-            if "langgraph_resilience" in where
-        ),
-        key=lambda row: -row["cum_us"],
-    )
-    return {
-        "turns": turns,
-        "cpu_us_per_turn": totals,
-        "attribution": attribute(stats["A"], stats["B"], turns),
-        "own_time_delta_top": diff[:top],
-        "package_functions_top": package[:top],
-    }
-
-
-def _short(path: str) -> str:
-    for marker in ("site-packages/", "langgraph_resilience/", "lib/python"):
-        if marker in path:
-            tail = path.split(marker, 1)[1]
-            return ("langgraph_resilience/" + tail) if marker == "langgraph_resilience/" else tail
-    return os.path.basename(path)
 
 
 # ------------------------------------------------------------------ reporting
@@ -1178,30 +1108,23 @@ def print_micro(micro: dict[str, Any]) -> None:
         )
 
 
-def print_profile(profile: dict[str, Any]) -> None:
-    totals = profile["cpu_us_per_turn"]
-    delta = totals["A"] - totals["B"]
+def print_in_situ(found: dict[str, Any]) -> None:
+    if "skipped" in found:
+        print(f"\n3. In situ: skipped ({found['skipped']})")
+        return
     print(
-        f"\n3. cProfile (thread CPU time), InMemorySaver, tools inline, durability='sync', "
-        f"{profile['turns']} turns each:\n   A {totals['A']:.0f} us/turn, B {totals['B']:.0f} "
-        f"us/turn, delta {delta:.0f} us. The profiler inflates call-heavy code\n"
-        "   (inspect.signature, callback managers): use it to locate hotspots, and the\n"
-        "   ablation in benchmarks/README.md to size them."
+        f"\n3. Where A's extra time goes, timed in situ: wall us per turn, medians of "
+        f"{found['turns']} turns each,\n   InMemorySaver, A and B interleaved (ABBA). "
+        "Nested rows are inside the row above them."
     )
-    print(f"{'us/turn':>9} {'share':>6}  where graph A's extra CPU goes")
-    for row in profile["attribution"]:
-        print(f"{row['us_per_turn']:>9.1f} {row['share_of_delta']:>6.1%}  {row['span']}")
-    print(f"\n{'own A-B':>9} {'share':>6} {'calls':>6}  top functions by extra own time")
-    for row in profile["own_time_delta_top"]:
-        print(
-            f"{row['own_us_delta']:>9.1f} {row['share_of_delta']:>6.1%} "
-            f"{row['calls_delta']:>6.1f}  {row['function']}"
-        )
-    print(f"\n{'cum us':>9} {'own':>6} {'calls':>6}  langgraph_resilience functions in graph A")
-    for row in profile["package_functions_top"]:
-        print(
-            f"{row['cum_us']:>9.1f} {row['own_us']:>6.1f} {row['calls']:>6.1f}  {row['function']}"
-        )
+    print(f"{'piece':<48} {'A us':>8} {'B us':>8} {'A-B us':>8}")
+    print("-" * 75)
+
+    def cell(value: float | None) -> str:
+        return f"{value:>8.1f}" if value is not None else f"{'':>8}"
+
+    for row in found["rows"]:
+        print(f"{row['piece']:<48} {cell(row['A'])} {cell(row['B'])} {cell(row['delta'])}")
 
 
 def environment() -> dict[str, Any]:
@@ -1230,7 +1153,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     parser.add_argument(
-        "--profile", action="store_true", help="also cProfile graph A vs B (InMemorySaver)"
+        "--profile",
+        action="store_true",
+        help="also time A's pieces in situ against B (InMemorySaver)",
     )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
@@ -1305,13 +1230,13 @@ def main(argv: list[str] | None = None) -> int:
     micro = bench_micro(sizes)
     profile = None
     if args.profile:
-        print("profiling ...", flush=True)
-        profile = profile_turns(sizes)
+        print("timing A's pieces in situ ...", flush=True)
+        profile = in_situ(sizes.profile_turns)
 
     print_turns(rows, skipped)
     print_micro(micro)
     if profile is not None:
-        print_profile(profile)
+        print_in_situ(profile)
     elapsed = time.perf_counter() - started
     load_after = os.getloadavg()[0]
     print(

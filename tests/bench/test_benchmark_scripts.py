@@ -116,6 +116,38 @@ def test_add_resilience_floor_is_plain_with_its_channel_and_entry_branch() -> No
     assert not result["resilience"]  # the channel is there, and nothing writes it
 
 
+def test_in_situ_times_each_piece_where_it_runs_and_puts_everything_back() -> None:
+    """overhead.py --profile times A's pieces inside real turns: each piece of A is seen,
+    the listed parts and the rest add up to the turn's delta, and every timed attribute
+    is the original again afterwards (an inherited method is not left on the subclass)."""
+    overhead = _load("overhead")
+
+    def state() -> list[tuple[object, bool]]:
+        return [
+            (getattr(owner, attr), not isinstance(owner, type) or attr in vars(owner))
+            for owner, attr, _ in overhead.CLASS_POINTS
+        ]
+
+    before = state()
+    found = overhead.in_situ(6, warmup=2)
+    assert state() == before
+
+    rows = {row["piece"].strip(): row for row in found["rows"]}
+    for piece in (
+        "the tools node",
+        "routing after the step (SelfRouted)",
+        "of which plan_batch",
+        "of which finish_step",
+        "the interception (2 calls, summed)",
+        "the tally reducer",
+    ):
+        assert rows[piece]["A"] > 0, piece
+    assert rows["tool execution (2 calls, summed)"]["B"] > 0
+    assert rows["the tally reducer"]["B"] == 0.0  # B has no resilience channel
+    parts = [r["delta"] for r in found["rows"][1:] if not r["piece"].startswith(" ")]
+    assert abs(sum(parts) - rows["turn"]["delta"]) < 1e-6
+
+
 def test_saver_connections_runs_every_variant(tmp_path: pathlib.Path, pg_dsn: str) -> None:
     """saver_connections.py's turns finish on every saver variant, sync and async (each
     turn asserts its answer), and it reports every ratio."""
