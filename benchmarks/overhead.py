@@ -906,7 +906,7 @@ def clocks(points: list[Point], into: dict[str, float]) -> Iterator[None]:
             step()
 
 
-def _graph_points(graph: Any) -> list[Point]:
+def graph_points(graph: Any) -> list[Point]:
     """The points of one compiled graph: its branches' routing functions, and the tally
     reducer of the ``resilience`` channel when it has one."""
     points: list[Point] = []
@@ -949,7 +949,7 @@ def in_situ(turns: int, warmup: int = 20) -> dict[str, Any]:
     graphs["B"] = build_plain(InMemorySaver(), turns + warmup + 5)
     into: dict[str, float] = {}
     seen: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
-    points = [*CLASS_POINTS, *(p for g in graphs.values() for p in _graph_points(g))]
+    points = [*CLASS_POINTS, *(p for g in graphs.values() for p in graph_points(g))]
     with clocks(points, into):
         for index in range(warmup + turns):
             for variant in "AB" if index % 2 else "BA":
@@ -1113,9 +1113,9 @@ def print_in_situ(found: dict[str, Any]) -> None:
         print(f"\n3. In situ: skipped ({found['skipped']})")
         return
     print(
-        f"\n3. Where A's extra time goes, timed in situ: wall us per turn, medians of "
-        f"{found['turns']} turns each,\n   InMemorySaver, A and B interleaved (ABBA). "
-        "Nested rows are inside the row above them."
+        f"\n3. Where A's extra time goes, timed in situ: wall us per turn, medians\n"
+        f"   of {found['turns']} turns each, InMemorySaver, A and B interleaved (ABBA).\n"
+        "   Nested rows are inside the row above them."
     )
     print(f"{'piece':<48} {'A us':>8} {'B us':>8} {'A-B us':>8}")
     print("-" * 75)

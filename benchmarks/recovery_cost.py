@@ -36,6 +36,12 @@ Run it from the repository root::
     python benchmarks/recovery_cost.py --quick         # smoke run (~1 min)
     python benchmarks/recovery_cost.py --dsn postgresql://postgres@127.0.0.1:5432/postgres
     python benchmarks/recovery_cost.py --json recovery.json
+    python benchmarks/recovery_cost.py --profile       # + where a recovery's time goes
+
+``--profile`` then times the pieces of ``add_resilience``'s turn where they run
+(InMemorySaver; `overhead.py`'s part 3 does the same for a clean turn): a recovered and
+a clean turn interleaved, the median of each piece's per-turn wall time in both, and
+what the recovery adds to each.
 
 Postgres as in ``overhead.py``: the default DSN is tried and the Postgres rows are
 skipped, with the reason, when it is unreachable; an explicit ``--dsn`` that is
@@ -62,7 +68,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import RetryPolicy
-from overhead import DEFAULT_DSN, postgres_saver, probe_postgres, quantile
+from overhead import (
+    DEFAULT_DSN,
+    Point,
+    clocks,
+    graph_points,
+    postgres_saver,
+    probe_postgres,
+    quantile,
+)
 
 from langgraph_resilience import (
     ResilienceMiddleware,
@@ -336,12 +350,88 @@ def print_summary(summary: dict[str, Any]) -> None:
     )
 
 
+# ---------------------------------------------------------------- in situ
+
+
+def recovery_points() -> list[Point]:
+    """What ``--profile`` times: the pieces of a recovery of ``add_resilience``'s turn."""
+    from langgraph_resilience._graph import finish, inline_retry, tool_call  # noqa: PLC0415
+    from langgraph_resilience._graph import tools as tools_module  # noqa: PLC0415
+    from langgraph_resilience._graph.router import SelfRouted  # noqa: PLC0415
+
+    return [
+        (SelfRouted, "invoke", "the tools node"),
+        (tools_module.GuardedToolNode, "run", "the step"),
+        (tools_module, "plan_batch", "plan_batch"),
+        (tools_module, "finish_step", "finish_step"),
+        (finish, "decide", "decide"),
+        (inline_retry, "apply_update", "apply_update"),
+        (inline_retry, "compose_deltas", "compose_deltas"),
+        (ToolNode, "invoke", "ToolNode"),
+        (tool_call.CallInterceptor, "wrap_tool_call", "interception"),
+        (tool_call, "classify", "classify"),
+        (ToolNode, "_execute_tool_sync", "tool execution"),
+    ]
+
+
+def in_situ(rounds: int, warmup: int = 20) -> dict[str, Any]:
+    """Each piece's wall time per turn, recovered and clean turns interleaved
+    (InMemorySaver, ``add_resilience``): medians, and the recovery's extra."""
+    points = recovery_points()
+    missing = [f"{getattr(o, '__name__', o)}.{a}" for o, a, _ in points if not hasattr(o, a)]
+    if missing:
+        return {"skipped": f"not in this version: {', '.join(missing)}"}
+    saver = InMemorySaver()
+    graph = SYSTEMS["add_resilience"](saver, 2 * (rounds + warmup) + 10)
+    into: dict[str, float] = {}
+    seen: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    with clocks([*points, *graph_points(graph)], into):
+        for index in range(warmup + rounds):
+            for recover in (True, False) if index % 2 else (False, True):
+                into.clear()
+                wall = run_turn(graph, saver, recover=recover, check=index == 0)
+                if index >= warmup:
+                    seen[recover].append({**into, "turn": wall})
+    labels = ["turn", *dict.fromkeys(label for _, _, label in points)]
+    labels += ["branches", "tally reducer"]
+    rows = []
+    for label in labels:
+        recovered, clean = (
+            statistics.median(turn.get(label, 0.0) for turn in seen[kind]) * 1e6
+            for kind in (True, False)
+        )
+        rows.append({"piece": label, "recovery_us": recovered, "clean_us": clean})
+    return {"rounds": rounds, "rows": rows}
+
+
+def print_in_situ(found: dict[str, Any]) -> None:
+    if "skipped" in found:
+        print(f"\nIn situ: skipped ({found['skipped']})")
+        return
+    print(
+        f"\nWhere add_resilience's recovery goes, timed in situ (InMemorySaver,\n"
+        f"{found['rounds']} interleaved pairs; wall us per turn, medians). The pieces\n"
+        "nest: the tools node > the step > ToolNode > the interception > the tool,\n"
+        "except the retry, which the step runs outside ToolNode, through the executor\n"
+        "ToolNode gave the call's first attempt."
+    )
+    print(f"{'piece':<18} {'503 turn':>9} {'clean':>9} {'extra':>9}")
+    for row in found["rows"]:
+        extra = row["recovery_us"] - row["clean_us"]
+        print(
+            f"{row['piece']:<18} {row['recovery_us']:>9.1f} {row['clean_us']:>9.1f} {extra:>9.1f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--dsn", default=None, help=f"Postgres DSN (default {DEFAULT_DSN})")
     parser.add_argument("--json", default=None, help="write the results to this file")
     parser.add_argument("--no-memory", action="store_true", help="skip the InMemorySaver run")
+    parser.add_argument(
+        "--profile", action="store_true", help="also time a recovery's pieces in situ"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     results: list[dict[str, Any]] = []
@@ -359,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_memory:
         results.append(bench("InMemorySaver", InMemorySaver(), sizes))
         print_summary(results[-1])
+    if args.profile:
+        found = in_situ(2 * sizes.rounds)
+        print_in_situ(found)
+        results.append({"in_situ": found})
     if args.json:
         with open(args.json, "w") as out:
             json.dump(results, out, indent=2)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from tests.conftest import ADMIN_DSN
@@ -146,6 +147,28 @@ def test_in_situ_times_each_piece_where_it_runs_and_puts_everything_back() -> No
     assert rows["the tally reducer"]["B"] == 0.0  # B has no resilience channel
     parts = [r["delta"] for r in found["rows"][1:] if not r["piece"].startswith(" ")]
     assert abs(sum(parts) - rows["turn"]["delta"]) < 1e-6
+
+
+def test_recovery_in_situ_times_what_only_a_recovery_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """recovery_cost.py --profile: classifying, deciding and the in-step loop's merges
+    run in a recovered turn and never in a clean one, the tool runs twice in a recovered
+    turn, and every timed attribute is the original again afterwards."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # recovery_cost imports overhead
+    recovery = _load("recovery_cost")
+    points = recovery.recovery_points()
+    before = [getattr(owner, attr) for owner, attr, _ in points]
+
+    found = recovery.in_situ(6, warmup=2)
+
+    assert [getattr(owner, attr) for owner, attr, _ in points] == before
+    rows = {row["piece"]: row for row in found["rows"]}
+    for piece in ("classify", "decide", "apply_update", "compose_deltas"):
+        assert rows[piece]["recovery_us"] > 0, piece
+        assert rows[piece]["clean_us"] == 0.0, piece
+    tool = rows["tool execution"]
+    assert tool["recovery_us"] > tool["clean_us"] > 0
 
 
 def test_saver_connections_runs_every_variant(tmp_path: pathlib.Path, pg_dsn: str) -> None:
