@@ -935,6 +935,12 @@ CLASS_POINTS: list[Point] = [
 """What part 3 times in both graphs (B reaches only LangGraph's)."""
 
 
+def missing_points(points: list[Point]) -> str | None:
+    """Which points this version of LangGraph or of the package lacks, or None."""
+    missing = [f"{getattr(o, '__name__', o)}.{a}" for o, a, _ in points if not hasattr(o, a)]
+    return f"not in this version: {', '.join(missing)}" if missing else None
+
+
 def in_situ(turns: int, warmup: int = 20) -> dict[str, Any]:
     """Where A's extra time goes, timed where it is spent: the wall time of each piece
     of a clean turn (InMemorySaver, tools in ToolNode's own thread pool), per turn, in
@@ -942,9 +948,9 @@ def in_situ(turns: int, warmup: int = 20) -> dict[str, Any]:
 
     Timing pieces in situ, not in a loop of their own, counts what a loop hides: a
     piece runs once a turn, its code and data cold (part 2 reads 5-7 times lower)."""
-    missing = [f"{getattr(o, '__name__', o)}.{a}" for o, a, _ in CLASS_POINTS if not hasattr(o, a)]
+    missing = missing_points(CLASS_POINTS)
     if missing:
-        return {"skipped": f"not in this version: {', '.join(missing)}"}
+        return {"skipped": missing}
     graphs = {"A": build_resilient(InMemorySaver(), turns + warmup + 5)}
     graphs["B"] = build_plain(InMemorySaver(), turns + warmup + 5)
     into: dict[str, float] = {}

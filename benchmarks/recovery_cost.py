@@ -69,10 +69,12 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import RetryPolicy
 from overhead import (
+    CLASS_POINTS,
     DEFAULT_DSN,
     Point,
     clocks,
     graph_points,
+    missing_points,
     postgres_saver,
     probe_postgres,
     quantile,
@@ -354,23 +356,16 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def recovery_points() -> list[Point]:
-    """What ``--profile`` times: the pieces of a recovery of ``add_resilience``'s turn."""
+    """What ``--profile`` times: `overhead.py`'s pieces of the tools node, and what only a
+    recovery runs (classifying, deciding, the in-step loop's merges)."""
     from langgraph_resilience._graph import finish, inline_retry, tool_call  # noqa: PLC0415
-    from langgraph_resilience._graph import tools as tools_module  # noqa: PLC0415
-    from langgraph_resilience._graph.router import SelfRouted  # noqa: PLC0415
 
     return [
-        (SelfRouted, "invoke", "the tools node"),
-        (tools_module.GuardedToolNode, "run", "the step"),
-        (tools_module, "plan_batch", "plan_batch"),
-        (tools_module, "finish_step", "finish_step"),
+        *(point for point in CLASS_POINTS if point[0] is not InMemorySaver),
+        (tool_call, "classify", "classify"),
         (finish, "decide", "decide"),
         (inline_retry, "apply_update", "apply_update"),
         (inline_retry, "compose_deltas", "compose_deltas"),
-        (ToolNode, "invoke", "ToolNode"),
-        (tool_call.CallInterceptor, "wrap_tool_call", "interception"),
-        (tool_call, "classify", "classify"),
-        (ToolNode, "_execute_tool_sync", "tool execution"),
     ]
 
 
@@ -378,9 +373,9 @@ def in_situ(rounds: int, warmup: int = 20) -> dict[str, Any]:
     """Each piece's wall time per turn, recovered and clean turns interleaved
     (InMemorySaver, ``add_resilience``): medians, and the recovery's extra."""
     points = recovery_points()
-    missing = [f"{getattr(o, '__name__', o)}.{a}" for o, a, _ in points if not hasattr(o, a)]
+    missing = missing_points(points)
     if missing:
-        return {"skipped": f"not in this version: {', '.join(missing)}"}
+        return {"skipped": missing}
     saver = InMemorySaver()
     graph = SYSTEMS["add_resilience"](saver, 2 * (rounds + warmup) + 10)
     into: dict[str, float] = {}
@@ -411,7 +406,7 @@ def print_in_situ(found: dict[str, Any]) -> None:
     print(
         f"\nWhere add_resilience's recovery goes, timed in situ (InMemorySaver,\n"
         f"{found['rounds']} interleaved pairs; wall us per turn, medians). The pieces\n"
-        "nest: the tools node > the step > ToolNode > the interception > the tool,\n"
+        "nest: our tools node > our step > ToolNode > the interception > the tool,\n"
         "except the retry, which the step runs outside ToolNode, through the executor\n"
         "ToolNode gave the call's first attempt."
     )
